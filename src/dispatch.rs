@@ -1,0 +1,462 @@
+//! The per-session dispatcher (ORD-1 … ORD-5, FL-1 … FL-6).
+//!
+//! Each session owns one [`Dispatcher`], driven by exactly one task (the session actor), so a
+//! session's events are dispatched one after another in sequence-number order while independent
+//! sessions dispatch concurrently over the same immutable registry snapshot (ACT-3). For one event
+//! the dispatcher: loads the snapshot, picks the matching hooks from the event index and their
+//! filters (no message to a hook that does not match), enqueues the event for observers, runs the
+//! hooks in parallel (or as `after` chains / sequentially), and folds the answers in fold order.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::action::{Action, Reply};
+use crate::bus::BusInner;
+use crate::event::{now_ms, Envelope, Event, EventKind, SessionEnd};
+use crate::hook::HookCx;
+use crate::mailbox::{Delivery, Failure, ObserverMsg, ReplySlot};
+use crate::outcome::{blocks_chain, fold, Answered, Outcome, RunStatus};
+use crate::registry::{HookEntry, Snapshot, Target};
+use crate::session::SessionShared;
+
+/// One hook's call, before folding.
+struct Run {
+    status: RunStatus,
+    reply: Option<Reply>,
+    elapsed: Duration,
+}
+
+/// Dispatches one session's events. Not `Clone`: one task drives it.
+pub(crate) struct Dispatcher {
+    pub shared: Arc<SessionShared>,
+    pub bus: Arc<BusInner>,
+    seq: u64,
+    closed: bool,
+}
+
+impl Dispatcher {
+    pub fn new(shared: Arc<SessionShared>, bus: Arc<BusInner>) -> Self {
+        Self {
+            shared,
+            bus,
+            seq: 0,
+            closed: false,
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot> {
+        match self.shared.hooks.load_full() {
+            Some(s) => s,
+            None => self.bus.published.load_full(),
+        }
+    }
+
+    fn envelope(&mut self, event: Event, turn: u32, step: u32) -> Arc<Envelope> {
+        self.seq += 1;
+        Arc::new(Envelope {
+            session_id: self.shared.id.clone(),
+            parent_session_id: self.shared.parent.clone(),
+            seq: self.seq,
+            turn,
+            step,
+            timestamp_ms: now_ms(),
+            fields: self.shared.fields.read().clone(),
+            event,
+        })
+    }
+
+    /// Dispatches one event and returns the folded outcome.
+    pub async fn dispatch(&mut self, event: Event, turn: u32, step: u32) -> Outcome {
+        if event.kind() == EventKind::SessionEnd {
+            let reason = match &event {
+                Event::SessionEnd(SessionEnd { reason }) => reason.clone(),
+                _ => String::new(),
+            };
+            return self.close(&reason, turn, step).await;
+        }
+        let env = self.envelope(event, turn, step);
+        let snapshot = self.snapshot();
+        self.bus.metrics.events_dispatched.fetch_add(1, Ordering::Relaxed);
+        let cancel = self.shared.turn_token();
+        let observe = self.notify_observers(&snapshot, &env, &cancel);
+        let gates = self.run_gates(&snapshot, &env, &cancel);
+        let ((), outcome) = tokio::join!(observe, gates);
+        outcome
+    }
+
+    /// Ends the session (ORD-4): waits until observers took every earlier event, dispatches
+    /// `SessionEnd` to hooks one at a time within the grace period, then drops session hooks and
+    /// the scratchpad.
+    pub async fn close(&mut self, reason: &str, turn: u32, step: u32) -> Outcome {
+        if self.closed {
+            return Outcome::default();
+        }
+        self.closed = true;
+        let grace = Instant::now() + self.bus.config.session_end_grace;
+        let snapshot = self.snapshot();
+        self.flush_observers(&snapshot, grace).await;
+        let env = self.envelope(
+            Event::SessionEnd(SessionEnd {
+                reason: reason.to_owned(),
+            }),
+            turn,
+            step,
+        );
+        self.bus.metrics.events_dispatched.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        self.notify_observers(&snapshot, &env, &cancel).await;
+        let matched = matching(&snapshot, &env);
+        let mut runs = Vec::with_capacity(matched.len());
+        for &i in &matched {
+            let entry = &snapshot.hooks[i];
+            let run = if Instant::now() >= grace {
+                self.bus.metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
+                Run {
+                    status: RunStatus::SkippedGraceExpired,
+                    reply: None,
+                    elapsed: Duration::ZERO,
+                }
+            } else {
+                let budget = grace - Instant::now();
+                self.call(entry, env.clone(), &cancel, Some(budget)).await
+            };
+            runs.push(run);
+        }
+        let outcome = self.fold(&snapshot, &env, &matched, runs);
+        self.bus.drop_session(&self.shared).await;
+        outcome
+    }
+
+    async fn flush_observers(&self, snapshot: &Snapshot, deadline: Instant) {
+        let acks = snapshot.observers.iter().filter(|o| {
+            o.session
+                .as_deref()
+                .is_none_or(|s| s == self.shared.id.as_str())
+        });
+        let waits = acks.map(|o| async move {
+            let (tx, rx) = oneshot::channel();
+            let sent = tokio::time::timeout_at(deadline, o.tx.send(ObserverMsg::Flush(tx))).await;
+            if matches!(sent, Ok(Ok(()))) {
+                let _ = tokio::time::timeout_at(deadline, rx).await;
+            }
+        });
+        join_all(waits).await;
+    }
+
+    async fn notify_observers(&self, snapshot: &Snapshot, env: &Arc<Envelope>, cancel: &CancellationToken) {
+        let indices = &snapshot.obs_by_event[env.kind().index()];
+        for &i in indices {
+            let obs = &snapshot.observers[i];
+            if !obs.wants(env) {
+                continue;
+            }
+            let delivery = Delivery {
+                cx: HookCx::new(env.clone(), self.shared.scratchpad.clone(), cancel.clone()),
+                reply: None,
+            };
+            obs.enqueue(delivery, &self.bus.metrics).await;
+        }
+    }
+
+    async fn run_gates(&self, snapshot: &Snapshot, env: &Arc<Envelope>, cancel: &CancellationToken) -> Outcome {
+        let matched = matching(snapshot, env);
+        if matched.is_empty() {
+            return self.fold(snapshot, env, &matched, Vec::new());
+        }
+        let kind = env.kind();
+        let sequential = self.bus.config.sequential[kind.index()];
+        let chained = sequential
+            || (snapshot.has_deps && matched.iter().any(|&i| !snapshot.deps[i].is_empty()));
+        let runs = if !chained {
+            join_all(
+                matched
+                    .iter()
+                    .map(|&i| self.call(&snapshot.hooks[i], env.clone(), cancel, None)),
+            )
+            .await
+        } else {
+            self.run_chains(snapshot, env, &matched, sequential, cancel).await
+        };
+        self.fold(snapshot, env, &matched, runs)
+    }
+
+    /// Runs hooks with dependencies: a hook starts when the hooks it runs after have answered,
+    /// sees the input as they left it, and is skipped if one of them blocked (ORD-2, ORD-3).
+    async fn run_chains(
+        &self,
+        snapshot: &Snapshot,
+        env: &Arc<Envelope>,
+        matched: &[usize],
+        sequential: bool,
+        cancel: &CancellationToken,
+    ) -> Vec<Run> {
+        let kind = env.kind();
+        let n = matched.len();
+        // Dependencies as positions within `matched` (a dependency that did not match this event
+        // is satisfied at once).
+        let deps: Vec<Vec<usize>> = (0..n)
+            .map(|k| {
+                if sequential {
+                    return if k == 0 { vec![] } else { vec![k - 1] };
+                }
+                snapshot.deps[matched[k]]
+                    .iter()
+                    .filter_map(|d| matched.iter().position(|m| m == d))
+                    .collect()
+            })
+            .collect();
+        let mut runs: Vec<Option<Run>> = (0..n).map(|_| None).collect();
+        let mut started = vec![false; n];
+        let mut pending = FuturesUnordered::new();
+        loop {
+            let mut progressed = true;
+            while progressed {
+                progressed = false;
+                for k in 0..n {
+                    if started[k] || !deps[k].iter().all(|&d| runs[d].is_some()) {
+                        continue;
+                    }
+                    started[k] = true;
+                    progressed = true;
+                    let blocked = deps[k].iter().any(|&d| {
+                        let r = runs[d].as_ref().expect("dependency finished");
+                        let entry = &snapshot.hooks[matched[d]];
+                        matches!(r.status, RunStatus::SkippedDependencyBlocked)
+                            || blocks_chain(kind, &r.status, r.reply.as_ref(), entry.options.failure)
+                    });
+                    if blocked {
+                        self.bus.metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
+                        runs[k] = Some(Run {
+                            status: RunStatus::SkippedDependencyBlocked,
+                            reply: None,
+                            elapsed: Duration::ZERO,
+                        });
+                        continue;
+                    }
+                    let input_env = mutated_for(env, &ancestors(&deps, k), &runs);
+                    let entry = snapshot.hooks[matched[k]].clone();
+                    pending.push(async move {
+                        let run = self.call(&entry, input_env, cancel, None).await;
+                        (k, run)
+                    });
+                }
+            }
+            match pending.next().await {
+                Some((k, run)) => runs[k] = Some(run),
+                None => break,
+            }
+        }
+        runs.into_iter()
+            .map(|r| {
+                r.unwrap_or(Run {
+                    status: RunStatus::SkippedDependencyBlocked,
+                    reply: None,
+                    elapsed: Duration::ZERO,
+                })
+            })
+            .collect()
+    }
+
+    fn fold(&self, snapshot: &Snapshot, env: &Envelope, matched: &[usize], runs: Vec<Run>) -> Outcome {
+        let kind = env.kind();
+        let answers = matched
+            .iter()
+            .zip(runs)
+            .map(|(&i, run)| {
+                let entry = &snapshot.hooks[i];
+                Answered {
+                    hook: &entry.name,
+                    policy: entry.options.failure,
+                    timeout: entry.timeout,
+                    status: run.status,
+                    reply: run.reply,
+                    elapsed: run.elapsed,
+                }
+            })
+            .collect();
+        let outcome = fold(kind, env.seq, answers);
+        let m = &self.bus.metrics;
+        if outcome.warnings.iter().any(|w| w.value.contains("(fail-closed)"))
+            || outcome.reasons.iter().any(|r| r.value.ends_with("(fail-closed)"))
+        {
+            let n = outcome.reasons.iter().filter(|r| r.value.ends_with("(fail-closed)")).count();
+            m.fail_closed_blocks.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        let ignored = outcome
+            .warnings
+            .iter()
+            .filter(|w| w.value.ends_with("; ignored"))
+            .count();
+        if ignored > 0 {
+            m.ignored_actions.fetch_add(ignored as u64, Ordering::Relaxed);
+            tracing::warn!(event = %kind, session = %env.session_id, ignored, "hook actions that do not fit the event were ignored");
+        }
+        outcome
+    }
+
+    /// Calls one hook with its timeout (or `budget`, when shorter) and classifies the result.
+    async fn call(
+        &self,
+        entry: &Arc<HookEntry>,
+        env: Arc<Envelope>,
+        parent: &CancellationToken,
+        budget: Option<Duration>,
+    ) -> Run {
+        let metrics = &self.bus.metrics;
+        let started = Instant::now();
+        if !entry.breaker_admits() {
+            metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
+            return Run {
+                status: RunStatus::SkippedCircuitOpen,
+                reply: None,
+                elapsed: Duration::ZERO,
+            };
+        }
+        metrics.hook_calls.fetch_add(1, Ordering::Relaxed);
+        entry.calls.fetch_add(1, Ordering::Relaxed);
+        let limit = budget.map_or(entry.timeout, |b| b.min(entry.timeout));
+        let token = parent.child_token();
+        let cx = HookCx::new(env.clone(), self.shared.scratchpad.clone(), token.clone());
+        let answer = match &entry.target {
+            Target::Actor(tx) => {
+                let (slot, rx) = ReplySlot::new();
+                let delivery = Delivery {
+                    cx,
+                    reply: Some(slot),
+                };
+                tokio::time::timeout(limit, async {
+                    if tx.send(delivery).await.is_err() {
+                        return Some(Err(Failure::Error("the hook's mailbox is closed".into())));
+                    }
+                    rx.await.ok()
+                })
+                .await
+            }
+            Target::Inline(hook) => {
+                tokio::time::timeout(limit, async {
+                    let _permit = match &entry.inline_limit {
+                        Some(sem) => sem.acquire().await.ok(),
+                        None => None,
+                    };
+                    Some(crate::actor::serve(hook.as_ref(), &cx).await)
+                })
+                .await
+            }
+        };
+        let elapsed = started.elapsed();
+        let (status, reply) = match answer {
+            Err(_) => {
+                token.cancel();
+                metrics.hook_timeouts.fetch_add(1, Ordering::Relaxed);
+                (RunStatus::TimedOut, None)
+            }
+            Ok(None) => {
+                metrics.hook_reply_dropped.fetch_add(1, Ordering::Relaxed);
+                (RunStatus::ReplyDropped, None)
+            }
+            Ok(Some(Ok(reply))) => (RunStatus::Answered, Some(reply)),
+            Ok(Some(Err(Failure::Error(e)))) => {
+                metrics.hook_errors.fetch_add(1, Ordering::Relaxed);
+                (RunStatus::Failed(e), None)
+            }
+            Ok(Some(Err(Failure::Panic(p)))) => {
+                metrics.hook_panics.fetch_add(1, Ordering::Relaxed);
+                (RunStatus::Panicked(p), None)
+            }
+        };
+        let failed = status.is_failure();
+        entry.breaker_record(failed);
+        if failed {
+            metrics.record_hook_failure(&entry.name);
+            tracing::warn!(
+                hook = %entry.name,
+                event = %env.kind(),
+                session = %env.session_id,
+                status = ?status,
+                "hook failed"
+            );
+        }
+        Run {
+            status,
+            reply,
+            elapsed,
+        }
+    }
+}
+
+/// Indices into the snapshot of the hooks that want this event, in fold order.
+fn matching(snapshot: &Snapshot, env: &Envelope) -> Vec<usize> {
+    snapshot.by_event[env.kind().index()]
+        .iter()
+        .copied()
+        .filter(|&i| snapshot.hooks[i].matches(env))
+        .collect()
+}
+
+/// Every hook `k` transitively runs after, in fold order.
+fn ancestors(deps: &[Vec<usize>], k: usize) -> Vec<usize> {
+    let mut seen = vec![false; deps.len()];
+    let mut stack = deps[k].clone();
+    while let Some(d) = stack.pop() {
+        if !seen[d] {
+            seen[d] = true;
+            stack.extend(deps[d].iter().copied());
+        }
+    }
+    (0..deps.len()).filter(|&i| seen[i]).collect()
+}
+
+/// The envelope as the mutations of `ancestors` (in fold order) left it.
+fn mutated_for(env: &Arc<Envelope>, ancestors: &[usize], runs: &[Option<Run>]) -> Arc<Envelope> {
+    let mut current: Option<Envelope> = None;
+    for &a in ancestors {
+        let Some(Run {
+            status: RunStatus::Answered,
+            reply: Some(reply),
+            ..
+        }) = &runs[a]
+        else {
+            continue;
+        };
+        let base = current.as_ref().unwrap_or(env.as_ref());
+        if let Some(next) = apply_mutation(base, &reply.action) {
+            current = Some(next);
+        }
+    }
+    current.map_or_else(|| env.clone(), Arc::new)
+}
+
+fn apply_mutation(env: &Envelope, action: &Action) -> Option<Envelope> {
+    let mut next = env.clone();
+    match (&mut next.event, action) {
+        (Event::PreToolUse(e), Action::PreToolUse(a)) => {
+            e.tool_input = a.updated_input.clone()?;
+        }
+        (Event::PostToolUse(e), Action::PostToolUse(a)) => {
+            let output = a.replace_output.clone()?;
+            let original = std::mem::replace(&mut e.tool_response, output);
+            e.original_response.get_or_insert(original);
+        }
+        (Event::PostToolUseFailure(e), Action::PostToolUse(a)) => {
+            e.error = match a.replace_output.clone()? {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+        }
+        _ => return None,
+    }
+    Some(next)
+}

@@ -1,0 +1,111 @@
+//! Errors of the runtime's API, and the error type hooks return.
+
+use std::fmt;
+
+/// What went wrong in a call to the runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An event name that is not one of the 17.
+    #[error("unknown event name `{0}`")]
+    UnknownEvent(String),
+    /// A hook or observer name already used in the same scope.
+    #[error("a hook named `{0}` is already registered in this scope")]
+    DuplicateName(String),
+    /// `after` names a hook that is not registered.
+    #[error("hook `{hook}` is declared to run after `{missing}`, which is not registered")]
+    UnknownDependency {
+        /// The hook being registered.
+        hook: String,
+        /// The name it depends on.
+        missing: String,
+    },
+    /// `after` dependencies form a cycle.
+    #[error("hook dependencies form a cycle: {}", .0.join(" -> "))]
+    DependencyCycle(Vec<String>),
+    /// A regular expression in a filter did not compile.
+    #[error("invalid regex `{pattern}`: {message}")]
+    InvalidRegex {
+        /// The pattern as written.
+        pattern: String,
+        /// The compiler's message.
+        message: String,
+    },
+    /// A permission rule or argument pattern that does not parse.
+    #[error("invalid rule `{rule}` at column {column}: {message}")]
+    InvalidRule {
+        /// The rule as written.
+        rule: String,
+        /// 1-based column of the fault.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// No hook with that name in that scope.
+    #[error("no hook named `{0}` is registered in this scope")]
+    NoSuchHook(String),
+    /// The session id is not open.
+    #[error("no open session `{0}`")]
+    NoSuchSession(String),
+    /// A session with that id is already open.
+    #[error("a session `{0}` is already open")]
+    SessionExists(String),
+    /// The session has ended; it takes no more events.
+    #[error("session `{0}` is closed")]
+    SessionClosed(String),
+    /// The runtime is shutting down or has shut down.
+    #[error("the runtime is shutting down")]
+    ShuttingDown,
+}
+
+/// The error a hook returns. Whatever the hook's failure policy says happens next (FL-1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookError {
+    message: String,
+}
+
+impl HookError {
+    /// A hook error with this message.
+    pub fn new(message: impl fmt::Display) -> Self {
+        Self {
+            message: message.to_string(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for HookError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for HookError {}
+
+impl From<String> for HookError {
+    fn from(message: String) -> Self {
+        Self { message }
+    }
+}
+
+impl From<&str> for HookError {
+    fn from(message: &str) -> Self {
+        Self::new(message)
+    }
+}
+
+impl From<std::io::Error> for HookError {
+    fn from(e: std::io::Error) -> Self {
+        Self::new(e)
+    }
+}
+
+impl From<serde_json::Error> for HookError {
+    fn from(e: serde_json::Error) -> Self {
+        Self::new(e)
+    }
+}

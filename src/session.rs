@@ -1,0 +1,240 @@
+//! Sessions: the [`Session`] handle and the session actor that owns the session's
+//! [`Dispatcher`](crate::dispatch::Dispatcher).
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::Bus;
+use crate::dispatch::Dispatcher;
+use crate::error::Error;
+use crate::event::{Event, SessionFields};
+use crate::hook::Hook;
+use crate::mailbox::Mailbox;
+use crate::outcome::Outcome;
+use crate::registry::Snapshot;
+use crate::scratchpad::Scratchpad;
+use crate::Subscription;
+
+/// How to open a session.
+#[derive(Debug, Clone, Default)]
+pub struct SessionConfig {
+    /// The id; generated when `None`.
+    pub id: Option<String>,
+    /// The parent session's id, for subagents.
+    pub parent: Option<String>,
+    /// `cwd`, `transcript_path`, `permission_mode`, `agent_id`, `agent_type`.
+    pub fields: SessionFields,
+}
+
+impl SessionConfig {
+    /// A session with a generated id.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Use this id.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+    /// Set the working directory.
+    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
+        self.fields.cwd = cwd.into();
+        self
+    }
+    /// Set the permission mode shown to hooks.
+    pub fn permission_mode(mut self, mode: impl Into<String>) -> Self {
+        self.fields.permission_mode = Some(mode.into());
+        self
+    }
+    /// Make this a child of `parent` (a subagent).
+    pub fn parent(mut self, parent: impl Into<String>) -> Self {
+        self.parent = Some(parent.into());
+        self
+    }
+}
+
+/// State a session shares between its actor, its handles and the registry.
+pub(crate) struct SessionShared {
+    pub id: String,
+    pub parent: Option<String>,
+    pub fields: RwLock<SessionFields>,
+    pub scratchpad: Arc<Scratchpad>,
+    /// Global + session hooks merged, while the session has hooks of its own.
+    pub hooks: ArcSwapOption<Snapshot>,
+    /// The current turn's cancellation token; hook calls get children of it.
+    turn: Mutex<CancellationToken>,
+    /// The session actor's mailbox, weakly, for shutdown (ACT-5: no self-reference keeps it alive).
+    pub mailbox: Mutex<Option<mpsc::WeakSender<SessionMsg>>>,
+}
+
+impl SessionShared {
+    pub fn new(id: String, config: &SessionConfig) -> Self {
+        Self {
+            id,
+            parent: config.parent.clone(),
+            fields: RwLock::new(config.fields.clone()),
+            scratchpad: Arc::new(Scratchpad::new()),
+            hooks: ArcSwapOption::empty(),
+            turn: Mutex::new(CancellationToken::new()),
+            mailbox: Mutex::new(None),
+        }
+    }
+
+    pub fn turn_token(&self) -> CancellationToken {
+        self.turn.lock().clone()
+    }
+
+    /// Cancels the current turn's token (hooks in flight see it) and arms a fresh one.
+    pub fn cancel_turn(&self) {
+        let old = std::mem::take(&mut *self.turn.lock());
+        old.cancel();
+    }
+}
+
+/// What a session actor serves.
+pub(crate) enum SessionMsg {
+    Dispatch {
+        event: Event,
+        turn: u32,
+        step: u32,
+        reply: oneshot::Sender<Outcome>,
+    },
+    Close {
+        reason: String,
+        reply: oneshot::Sender<Outcome>,
+    },
+}
+
+/// The session actor: dispatches its session's events one at a time, in order. Closing ends
+/// it; so does dropping every handle (with `SessionEnd` reason `other`), or the kill switch.
+pub(crate) async fn run_session_actor(
+    mut dispatcher: Dispatcher,
+    mut rx: mpsc::Receiver<SessionMsg>,
+    kill: CancellationToken,
+) {
+    loop {
+        let msg = tokio::select! {
+            biased;
+            _ = kill.cancelled() => return,
+            msg = rx.recv() => msg,
+        };
+        match msg {
+            Some(SessionMsg::Dispatch {
+                event,
+                turn,
+                step,
+                reply,
+            }) => {
+                let outcome = dispatcher.dispatch(event, turn, step).await;
+                let _ = reply.send(outcome);
+                if dispatcher.is_closed() {
+                    return;
+                }
+            }
+            Some(SessionMsg::Close { reason, reply }) => {
+                let outcome = dispatcher.close(&reason, 0, 0).await;
+                let _ = reply.send(outcome);
+                return;
+            }
+            None => {
+                dispatcher.close("other", 0, 0).await;
+                return;
+            }
+        }
+    }
+}
+
+/// A cloneable handle to an open session. Events dispatched through it are numbered and
+/// delivered in order; [`close`](Session::close) ends the session with `SessionEnd`.
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) shared: Arc<SessionShared>,
+    pub(crate) tx: mpsc::Sender<SessionMsg>,
+    pub(crate) bus: Bus,
+}
+
+impl Session {
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// The session's scratchpad (dropped at `SessionEnd`).
+    pub fn scratchpad(&self) -> &Arc<Scratchpad> {
+        &self.shared.scratchpad
+    }
+
+    /// Dispatches an event (turn and step 0) and returns the folded outcome.
+    pub async fn dispatch(&self, event: Event) -> Result<Outcome, Error> {
+        self.dispatch_at(event, 0, 0).await
+    }
+
+    /// Dispatches an event at a turn and step.
+    pub async fn dispatch_at(&self, event: Event, turn: u32, step: u32) -> Result<Outcome, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(SessionMsg::Dispatch {
+                event,
+                turn,
+                step,
+                reply,
+            })
+            .await
+            .map_err(|_| self.closed())?;
+        rx.await.map_err(|_| self.closed())
+    }
+
+    /// Ends the session: `SessionEnd` with `reason`, after every earlier event reached every
+    /// observer (ORD-4). Session hooks and the scratchpad are gone when this returns.
+    pub async fn close(&self, reason: &str) -> Result<Outcome, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(SessionMsg::Close {
+                reason: reason.to_owned(),
+                reply,
+            })
+            .await
+            .map_err(|_| self.closed())?;
+        rx.await.map_err(|_| self.closed())
+    }
+
+    /// Cancels the current turn: hook calls in flight see their cancellation token fire.
+    pub fn cancel_turn(&self) {
+        self.shared.cancel_turn();
+    }
+
+    /// Registers a hook for this session only; it is removed when the session ends.
+    pub async fn register(&self, hook: impl Hook) -> Result<(), Error> {
+        self.bus
+            .register_scoped(Arc::new(hook), Some(self.shared.id.clone()))
+            .await
+    }
+
+    /// Removes a session hook.
+    pub async fn unregister(&self, name: &str) -> Result<(), Error> {
+        self.bus
+            .unregister_scoped(Some(self.shared.id.clone()), name)
+            .await
+    }
+
+    /// Subscribes a user task to this session's events (see [`Bus::subscribe`]).
+    pub async fn subscribe(&self, subscription: Subscription) -> Result<Mailbox, Error> {
+        self.bus
+            .subscribe_scoped(subscription, Some(self.shared.id.clone()))
+            .await
+    }
+
+    fn closed(&self) -> Error {
+        Error::SessionClosed(self.shared.id.clone())
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("id", &self.shared.id).finish()
+    }
+}
