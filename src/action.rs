@@ -12,7 +12,9 @@ use serde_json::Value;
 use crate::event::EventKind;
 
 /// The decision of a `PreToolUse` hook. Folding: Block > Defer > Ask > Allow > Continue.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolDecision {
     /// No opinion: the permission service decides.

@@ -335,7 +335,11 @@ impl Bus {
 
     /// Ids of the open sessions.
     pub fn sessions(&self) -> Vec<String> {
-        self.inner.sessions.iter().map(|s| s.key().clone()).collect()
+        self.inner
+            .sessions
+            .iter()
+            .map(|s| s.key().clone())
+            .collect()
     }
 
     /// The runtime's counters.
@@ -349,8 +353,12 @@ impl Bus {
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
         let until = tokio::time::Instant::now() + deadline;
         self.inner.shutting_down.store(true, Ordering::SeqCst);
-        let open: Vec<Arc<SessionShared>> =
-            self.inner.sessions.iter().map(|s| s.value().clone()).collect();
+        let open: Vec<Arc<SessionShared>> = self
+            .inner
+            .sessions
+            .iter()
+            .map(|s| s.value().clone())
+            .collect();
         let closes = open.iter().filter_map(|s| {
             let tx = s.mailbox.lock().as_ref().and_then(|w| w.upgrade())?;
             Some(async move {

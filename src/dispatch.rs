@@ -89,7 +89,10 @@ impl Dispatcher {
         }
         let env = self.envelope(event, turn, step);
         let snapshot = self.snapshot();
-        self.bus.metrics.events_dispatched.fetch_add(1, Ordering::Relaxed);
+        self.bus
+            .metrics
+            .events_dispatched
+            .fetch_add(1, Ordering::Relaxed);
         let cancel = self.shared.turn_token();
         let observe = self.notify_observers(&snapshot, &env, &cancel);
         let gates = self.run_gates(&snapshot, &env, &cancel);
@@ -115,7 +118,10 @@ impl Dispatcher {
             turn,
             step,
         );
-        self.bus.metrics.events_dispatched.fetch_add(1, Ordering::Relaxed);
+        self.bus
+            .metrics
+            .events_dispatched
+            .fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
         self.notify_observers(&snapshot, &env, &cancel).await;
         let matched = matching(&snapshot, &env);
@@ -123,7 +129,10 @@ impl Dispatcher {
         for &i in &matched {
             let entry = &snapshot.hooks[i];
             let run = if Instant::now() >= grace {
-                self.bus.metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
+                self.bus
+                    .metrics
+                    .hook_skipped
+                    .fetch_add(1, Ordering::Relaxed);
                 Run {
                     status: RunStatus::SkippedGraceExpired,
                     reply: None,
@@ -141,10 +150,13 @@ impl Dispatcher {
     }
 
     async fn flush_observers(&self, snapshot: &Snapshot, deadline: Instant) {
+        // A congested observer is already losing (and counting) events; waiting on it would
+        // only stall the session's end.
         let acks = snapshot.observers.iter().filter(|o| {
-            o.session
-                .as_deref()
-                .is_none_or(|s| s == self.shared.id.as_str())
+            !o.is_congested()
+                && o.session
+                    .as_deref()
+                    .is_none_or(|s| s == self.shared.id.as_str())
         });
         let waits = acks.map(|o| async move {
             let (tx, rx) = oneshot::channel();
@@ -156,7 +168,12 @@ impl Dispatcher {
         join_all(waits).await;
     }
 
-    async fn notify_observers(&self, snapshot: &Snapshot, env: &Arc<Envelope>, cancel: &CancellationToken) {
+    async fn notify_observers(
+        &self,
+        snapshot: &Snapshot,
+        env: &Arc<Envelope>,
+        cancel: &CancellationToken,
+    ) {
         let indices = &snapshot.obs_by_event[env.kind().index()];
         for &i in indices {
             let obs = &snapshot.observers[i];
@@ -171,7 +188,12 @@ impl Dispatcher {
         }
     }
 
-    async fn run_gates(&self, snapshot: &Snapshot, env: &Arc<Envelope>, cancel: &CancellationToken) -> Outcome {
+    async fn run_gates(
+        &self,
+        snapshot: &Snapshot,
+        env: &Arc<Envelope>,
+        cancel: &CancellationToken,
+    ) -> Outcome {
         let matched = matching(snapshot, env);
         if matched.is_empty() {
             return self.fold(snapshot, env, &matched, Vec::new());
@@ -188,7 +210,8 @@ impl Dispatcher {
             )
             .await
         } else {
-            self.run_chains(snapshot, env, &matched, sequential, cancel).await
+            self.run_chains(snapshot, env, &matched, sequential, cancel)
+                .await
         };
         self.fold(snapshot, env, &matched, runs)
     }
@@ -235,10 +258,18 @@ impl Dispatcher {
                         let r = runs[d].as_ref().expect("dependency finished");
                         let entry = &snapshot.hooks[matched[d]];
                         matches!(r.status, RunStatus::SkippedDependencyBlocked)
-                            || blocks_chain(kind, &r.status, r.reply.as_ref(), entry.options.failure)
+                            || blocks_chain(
+                                kind,
+                                &r.status,
+                                r.reply.as_ref(),
+                                entry.options.failure,
+                            )
                     });
                     if blocked {
-                        self.bus.metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
+                        self.bus
+                            .metrics
+                            .hook_skipped
+                            .fetch_add(1, Ordering::Relaxed);
                         runs[k] = Some(Run {
                             status: RunStatus::SkippedDependencyBlocked,
                             reply: None,
@@ -270,7 +301,13 @@ impl Dispatcher {
             .collect()
     }
 
-    fn fold(&self, snapshot: &Snapshot, env: &Envelope, matched: &[usize], runs: Vec<Run>) -> Outcome {
+    fn fold(
+        &self,
+        snapshot: &Snapshot,
+        env: &Envelope,
+        matched: &[usize],
+        runs: Vec<Run>,
+    ) -> Outcome {
         let kind = env.kind();
         let answers = matched
             .iter()
@@ -289,10 +326,20 @@ impl Dispatcher {
             .collect();
         let outcome = fold(kind, env.seq, answers);
         let m = &self.bus.metrics;
-        if outcome.warnings.iter().any(|w| w.value.contains("(fail-closed)"))
-            || outcome.reasons.iter().any(|r| r.value.ends_with("(fail-closed)"))
+        if outcome
+            .warnings
+            .iter()
+            .any(|w| w.value.contains("(fail-closed)"))
+            || outcome
+                .reasons
+                .iter()
+                .any(|r| r.value.ends_with("(fail-closed)"))
         {
-            let n = outcome.reasons.iter().filter(|r| r.value.ends_with("(fail-closed)")).count();
+            let n = outcome
+                .reasons
+                .iter()
+                .filter(|r| r.value.ends_with("(fail-closed)"))
+                .count();
             m.fail_closed_blocks.fetch_add(n as u64, Ordering::Relaxed);
         }
         let ignored = outcome
@@ -301,7 +348,8 @@ impl Dispatcher {
             .filter(|w| w.value.ends_with("; ignored"))
             .count();
         if ignored > 0 {
-            m.ignored_actions.fetch_add(ignored as u64, Ordering::Relaxed);
+            m.ignored_actions
+                .fetch_add(ignored as u64, Ordering::Relaxed);
             tracing::warn!(event = %kind, session = %env.session_id, ignored, "hook actions that do not fit the event were ignored");
         }
         outcome

@@ -32,7 +32,9 @@ impl NamePattern {
             return Ok(NamePattern::Any);
         }
         let is_name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-');
-        if p.chars().all(|c| is_name_char(c) || matches!(c, '|' | ',' | ' ')) {
+        if p.chars()
+            .all(|c| is_name_char(c) || matches!(c, '|' | ',' | ' '))
+        {
             return Ok(NamePattern::List(
                 p.split(['|', ','])
                     .map(str::trim)
@@ -177,7 +179,8 @@ impl ToolFilter {
     pub fn matches(&self, tool_name: &str, input: &Value, cwd: Option<&Path>) -> bool {
         self.names.matches(tool_name)
             && self.args.iter().all(|a| a.matches(input))
-            && (self.rules.is_empty() || self.rules.iter().any(|r| r.matches(tool_name, input, cwd)))
+            && (self.rules.is_empty()
+                || self.rules.iter().any(|r| r.matches(tool_name, input, cwd)))
     }
 }
 
@@ -193,7 +196,9 @@ mod tests {
         assert!(NamePattern::parse("file_*").unwrap().matches("file_write"));
         assert!(!NamePattern::parse("file_*").unwrap().matches("search"));
         assert!(NamePattern::parse("*").unwrap().matches("anything"));
-        assert!(NamePattern::parse("Edit.*").unwrap().matches("NotebookEdit"));
+        assert!(NamePattern::parse("Edit.*")
+            .unwrap()
+            .matches("NotebookEdit"));
         assert!(matches!(
             NamePattern::parse("(unclosed").unwrap_err(),
             Error::InvalidRegex { .. }
@@ -202,7 +207,10 @@ mod tests {
 
     #[test]
     fn filters_combine_names_args_and_rules() {
-        let f = ToolFilter::names("file_*").unwrap().arg("path:.env").unwrap();
+        let f = ToolFilter::names("file_*")
+            .unwrap()
+            .arg("path:.env")
+            .unwrap();
         assert!(f.matches("file_read", &json!({"path": "a/.env"}), None));
         assert!(!f.matches("file_read", &json!({"path": "a/env"}), None));
         assert!(!f.matches("bash", &json!({"path": ".env"}), None));

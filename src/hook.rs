@@ -217,7 +217,11 @@ pub trait Hook: Send + Sync + 'static {
         default_ok!()
     }
     /// `UserPromptSubmit` (block, context).
-    async fn user_prompt_submit(&self, cx: &HookCx, ev: &UserPromptSubmit) -> HookResult<GateAction> {
+    async fn user_prompt_submit(
+        &self,
+        cx: &HookCx,
+        ev: &UserPromptSubmit,
+    ) -> HookResult<GateAction> {
         default_ok!()
     }
     /// `PreToolUse` (block, defer, ask, allow, mutate input).

@@ -128,6 +128,11 @@ impl ObserverEntry {
         }
     }
 
+    /// Whether the last enqueue timed out and the mailbox has not had room since.
+    pub fn is_congested(&self) -> bool {
+        self.congested.load(Ordering::Relaxed)
+    }
+
     pub fn wants(&self, env: &Envelope) -> bool {
         let kind = env.kind();
         if !(self.options.events.is_empty() || self.options.events.contains(&kind)) {
@@ -137,11 +142,11 @@ impl ObserverEntry {
             return false;
         }
         match env.event.tool() {
-            Some((name, input)) if kind.is_tool_event() => {
-                self.options
-                    .filter
-                    .matches(name, input, Some(std::path::Path::new(&env.fields.cwd)))
-            }
+            Some((name, input)) if kind.is_tool_event() => self.options.filter.matches(
+                name,
+                input,
+                Some(std::path::Path::new(&env.fields.cwd)),
+            ),
             _ => true,
         }
     }
@@ -202,7 +207,12 @@ pub(crate) async fn run_observer_actor(
             Some(ObserverMsg::Event(delivery)) => {
                 let env = delivery.envelope().clone();
                 let call = AssertUnwindSafe(observer.on_event(&env)).catch_unwind();
-                match tokio::time::timeout(timeout, call).await {
+                let result = tokio::select! {
+                    biased;
+                    _ = kill.cancelled() => return,
+                    result = tokio::time::timeout(timeout, call) => result,
+                };
+                match result {
                     Ok(Ok(())) => {
                         metrics.observer_delivered.fetch_add(1, Ordering::Relaxed);
                     }

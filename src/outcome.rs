@@ -9,7 +9,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::action::{Action, GateAction, PermissionAction, PermissionDecision, Reply, ToolDecision};
+use crate::action::{
+    Action, GateAction, PermissionAction, PermissionDecision, Reply, ToolDecision,
+};
 use crate::event::EventKind;
 use crate::hook::FailurePolicy;
 
@@ -105,7 +107,10 @@ impl RunStatus {
     pub fn is_failure(&self) -> bool {
         matches!(
             self,
-            RunStatus::Failed(_) | RunStatus::Panicked(_) | RunStatus::TimedOut | RunStatus::ReplyDropped
+            RunStatus::Failed(_)
+                | RunStatus::Panicked(_)
+                | RunStatus::TimedOut
+                | RunStatus::ReplyDropped
         )
     }
     fn describe(&self, timeout: Duration) -> String {
@@ -233,14 +238,21 @@ pub(crate) fn reply_decision(kind: EventKind, action: &Action) -> (Decision, Opt
 }
 
 /// Whether this answer stops hooks that run after it (ORD-3).
-pub(crate) fn blocks_chain(kind: EventKind, status: &RunStatus, reply: Option<&Reply>, policy: FailurePolicy) -> bool {
+pub(crate) fn blocks_chain(
+    kind: EventKind,
+    status: &RunStatus,
+    reply: Option<&Reply>,
+    policy: FailurePolicy,
+) -> bool {
     if status.is_failure() {
         return policy == FailurePolicy::Closed && kind.fails_closed();
     }
     match reply {
         Some(r) if r.action.fits(kind) => {
             let (d, _) = reply_decision(kind, &r.action);
-            matches!(d, Decision::Block | Decision::Deny) && kind != EventKind::PostToolUse && kind != EventKind::PostToolUseFailure
+            matches!(d, Decision::Block | Decision::Deny)
+                && kind != EventKind::PostToolUse
+                && kind != EventKind::PostToolUseFailure
         }
         _ => false,
     }

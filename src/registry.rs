@@ -251,8 +251,10 @@ fn topo_order(hooks: &[Arc<HookEntry>], deps: &[Vec<usize>]) -> Result<Vec<usize
             .find(|&j| indegree[j] > 0)
             .unwrap_or(last);
         if let Some(start) = path.iter().position(|&p| p == next) {
-            let mut names: Vec<String> =
-                path[start..].iter().map(|&i| hooks[i].name.clone()).collect();
+            let mut names: Vec<String> = path[start..]
+                .iter()
+                .map(|&i| hooks[i].name.clone())
+                .collect();
             names.push(hooks[next].name.clone());
             return Err(Error::DependencyCycle(names));
         }
@@ -326,7 +328,8 @@ impl Registry {
                 RegistryMsg::DropSession(id, reply) => {
                     self.sessions.remove(&id);
                     let before = self.observers.len();
-                    self.observers.retain(|o| o.session.as_deref() != Some(id.as_str()));
+                    self.observers
+                        .retain(|o| o.session.as_deref() != Some(id.as_str()));
                     if before != self.observers.len() {
                         let _ = self.publish_all();
                     }
@@ -420,20 +423,13 @@ impl Registry {
         }
     }
 
-    fn merged(
-        &self,
-        global: &[Arc<HookEntry>],
-        own: &[Arc<HookEntry>],
-    ) -> Result<Snapshot, Error> {
+    fn merged(&self, global: &[Arc<HookEntry>], own: &[Arc<HookEntry>]) -> Result<Snapshot, Error> {
         let mut all = global.to_vec();
         all.extend(own.iter().cloned());
         Snapshot::build(all, self.observers.clone())
     }
 
-    fn merged_for_all(
-        &self,
-        global: &[Arc<HookEntry>],
-    ) -> Result<Vec<(String, Snapshot)>, Error> {
+    fn merged_for_all(&self, global: &[Arc<HookEntry>]) -> Result<Vec<(String, Snapshot)>, Error> {
         self.sessions
             .iter()
             .filter(|(_, own)| !own.is_empty())

@@ -43,8 +43,14 @@ struct Pattern {
 impl Pattern {
     fn compile(raw: &str) -> Pattern {
         let (bare_prefix, command) = match raw.strip_suffix(":*") {
-            Some(prefix) => (Some(prefix.to_owned()), wildcard_regex(&format!("{prefix} *"), false)),
-            None => (raw.strip_suffix(" *").map(str::to_owned), wildcard_regex(raw, false)),
+            Some(prefix) => (
+                Some(prefix.to_owned()),
+                wildcard_regex(&format!("{prefix} *"), false),
+            ),
+            None => (
+                raw.strip_suffix(" *").map(str::to_owned),
+                wildcard_regex(raw, false),
+            ),
         };
         let absolute = raw.starts_with('/');
         let rel = raw.strip_prefix("./").unwrap_or(raw);
@@ -275,13 +281,11 @@ fn strip_assignments(mut part: &str) -> &str {
     loop {
         let word_end = part.find(char::is_whitespace).unwrap_or(part.len());
         let word = &part[..word_end];
-        let is_assignment = word
-            .split_once('=')
-            .is_some_and(|(name, _)| {
-                !name.is_empty()
-                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                    && !name.starts_with(|c: char| c.is_ascii_digit())
-            });
+        let is_assignment = word.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        });
         if !is_assignment || word_end == part.len() {
             return part;
         }
@@ -352,7 +356,9 @@ mod tests {
             e => panic!("{e}"),
         }
         match Rule::parse("(ls)").unwrap_err() {
-            Error::InvalidRule { column, message, .. } => {
+            Error::InvalidRule {
+                column, message, ..
+            } => {
                 assert_eq!(column, 1);
                 assert!(message.contains("tool name"));
             }

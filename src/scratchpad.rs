@@ -37,7 +37,9 @@ impl Scratchpad {
     pub fn remove<T: Any>(&self, key: &str) -> Option<T> {
         let mut map = self.map.lock();
         if map.get(key).is_some_and(|v| v.is::<T>()) {
-            map.remove(key).and_then(|v| v.downcast::<T>().ok()).map(|b| *b)
+            map.remove(key)
+                .and_then(|v| v.downcast::<T>().ok())
+                .map(|b| *b)
         } else {
             None
         }
@@ -79,7 +81,9 @@ impl Scratchpad {
 
 impl std::fmt::Debug for Scratchpad {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scratchpad").field("keys", &self.len()).finish()
+        f.debug_struct("Scratchpad")
+            .field("keys", &self.len())
+            .finish()
     }
 }
 
@@ -93,8 +97,20 @@ mod tests {
         s.insert("n", 3u32);
         assert_eq!(s.get::<u32>("n"), Some(3));
         assert_eq!(s.get::<String>("n"), None);
-        assert_eq!(s.update("n", |n: &mut u32| { *n += 1; *n }), 4);
-        assert_eq!(s.update("fresh", |v: &mut Vec<u8>| { v.push(1); v.len() }), 1);
+        assert_eq!(
+            s.update("n", |n: &mut u32| {
+                *n += 1;
+                *n
+            }),
+            4
+        );
+        assert_eq!(
+            s.update("fresh", |v: &mut Vec<u8>| {
+                v.push(1);
+                v.len()
+            }),
+            1
+        );
         assert_eq!(s.remove::<u32>("n"), Some(4));
         assert_eq!(s.len(), 1);
     }

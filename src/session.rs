@@ -122,28 +122,39 @@ pub(crate) async fn run_session_actor(
             _ = kill.cancelled() => return,
             msg = rx.recv() => msg,
         };
-        match msg {
-            Some(SessionMsg::Dispatch {
-                event,
-                turn,
-                step,
-                reply,
-            }) => {
-                let outcome = dispatcher.dispatch(event, turn, step).await;
-                let _ = reply.send(outcome);
-                if dispatcher.is_closed() {
-                    return;
-                }
-            }
-            Some(SessionMsg::Close { reason, reply }) => {
-                let outcome = dispatcher.close(&reason, 0, 0).await;
-                let _ = reply.send(outcome);
-                return;
-            }
-            None => {
-                dispatcher.close("other", 0, 0).await;
-                return;
-            }
+        // The kill switch also interrupts a message in progress, so shutdown keeps its deadline.
+        let finished = tokio::select! {
+            biased;
+            _ = kill.cancelled() => true,
+            finished = serve(&mut dispatcher, msg) => finished,
+        };
+        if finished {
+            return;
+        }
+    }
+}
+
+/// Serves one message; true when the session is over.
+async fn serve(dispatcher: &mut Dispatcher, msg: Option<SessionMsg>) -> bool {
+    match msg {
+        Some(SessionMsg::Dispatch {
+            event,
+            turn,
+            step,
+            reply,
+        }) => {
+            let outcome = dispatcher.dispatch(event, turn, step).await;
+            let _ = reply.send(outcome);
+            dispatcher.is_closed()
+        }
+        Some(SessionMsg::Close { reason, reply }) => {
+            let outcome = dispatcher.close(&reason, 0, 0).await;
+            let _ = reply.send(outcome);
+            true
+        }
+        None => {
+            dispatcher.close("other", 0, 0).await;
+            true
         }
     }
 }
@@ -235,6 +246,8 @@ impl Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("id", &self.shared.id).finish()
+        f.debug_struct("Session")
+            .field("id", &self.shared.id)
+            .finish()
     }
 }

@@ -2,7 +2,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::action::{GateAction, HookResult, PermissionAction, PostToolUseAction, PreToolUseAction};
+use crate::action::{
+    GateAction, HookResult, PermissionAction, PostToolUseAction, PreToolUseAction,
+};
 use crate::event::*;
 use crate::hook::{Hook, HookCx, HookOptions};
 
@@ -37,24 +39,40 @@ impl LoggingHook {
     /// The line logged for an event.
     pub fn line(env: &Envelope) -> String {
         match &env.event {
-            Event::PreToolUse(e) => format!("[Hook] PreToolUse: {} (id={})", e.tool_name, e.tool_use_id),
-            Event::PostToolUse(e) => format!("[Hook] PostToolUse: {} (id={})", e.tool_name, e.tool_use_id),
+            Event::PreToolUse(e) => {
+                format!("[Hook] PreToolUse: {} (id={})", e.tool_name, e.tool_use_id)
+            }
+            Event::PostToolUse(e) => {
+                format!("[Hook] PostToolUse: {} (id={})", e.tool_name, e.tool_use_id)
+            }
             Event::PostToolUseFailure(e) => format!(
                 "[Hook] PostToolUseFailure: {} (id={}): {}",
                 e.tool_name, e.tool_use_id, e.error
             ),
-            Event::PermissionRequest(e) => format!("[Hook] PermissionRequest: {} (id={})", e.tool_name, e.tool_use_id),
+            Event::PermissionRequest(e) => format!(
+                "[Hook] PermissionRequest: {} (id={})",
+                e.tool_name, e.tool_use_id
+            ),
             Event::PermissionDenied(e) => format!(
                 "[Hook] PermissionDenied: {} (id={}) by {}: {}",
                 e.tool_name, e.tool_use_id, e.source, e.reason
             ),
             Event::UserPromptSubmit(e) => format!("[Hook] UserPromptSubmit: {}", e.prompt),
-            Event::StepComplete(e) => format!("[Hook] StepComplete: step {}/{}", e.step, e.max_steps),
-            Event::SessionStart(_) | Event::PreCompact(_) | Event::PostCompact(_) | Event::SessionEnd(_) => {
+            Event::StepComplete(e) => {
+                format!("[Hook] StepComplete: step {}/{}", e.step, e.max_steps)
+            }
+            Event::SessionStart(_)
+            | Event::PreCompact(_)
+            | Event::PostCompact(_)
+            | Event::SessionEnd(_) => {
                 format!("[Hook] {}: {}", env.kind(), env.event.query().unwrap_or(""))
             }
-            Event::SubagentStart(e) => format!("[Hook] SubagentStart: {} ({})", e.agent_type, e.agent_id),
-            Event::SubagentStop(e) => format!("[Hook] SubagentStop: {} ({})", e.agent_type, e.agent_id),
+            Event::SubagentStart(e) => {
+                format!("[Hook] SubagentStart: {} ({})", e.agent_type, e.agent_id)
+            }
+            Event::SubagentStop(e) => {
+                format!("[Hook] SubagentStop: {} ({})", e.agent_type, e.agent_id)
+            }
             Event::Notification(e) => format!("[Hook] Notification: {}", e.message),
             Event::Interrupt(e) => format!("[Hook] Interrupt: {}", e.reason),
             Event::StopFailure(e) => format!("[Hook] StopFailure: {}", e.error),
@@ -65,7 +83,9 @@ impl LoggingHook {
     fn log(&self, cx: &HookCx) {
         let line = Self::line(cx.envelope());
         match &self.sink {
-            LogSink::Tracing => tracing::info!(session = cx.session_id(), seq = cx.envelope().seq, "{line}"),
+            LogSink::Tracing => {
+                tracing::info!(session = cx.session_id(), seq = cx.envelope().seq, "{line}")
+            }
             LogSink::Stdout => println!("{line}"),
             LogSink::Custom(f) => f(&line),
         }
@@ -90,13 +110,21 @@ impl Hook for LoggingHook {
     async fn session_start(&self, cx: &HookCx, _: &SessionStart) -> HookResult<()> {
         log_and_continue!(self, cx)
     }
-    async fn user_prompt_submit(&self, cx: &HookCx, _: &UserPromptSubmit) -> HookResult<GateAction> {
+    async fn user_prompt_submit(
+        &self,
+        cx: &HookCx,
+        _: &UserPromptSubmit,
+    ) -> HookResult<GateAction> {
         log_and_continue!(self, cx)
     }
     async fn pre_tool_use(&self, cx: &HookCx, _: &PreToolUse) -> HookResult<PreToolUseAction> {
         log_and_continue!(self, cx)
     }
-    async fn permission_request(&self, cx: &HookCx, _: &PermissionRequest) -> HookResult<PermissionAction> {
+    async fn permission_request(
+        &self,
+        cx: &HookCx,
+        _: &PermissionRequest,
+    ) -> HookResult<PermissionAction> {
         log_and_continue!(self, cx)
     }
     async fn permission_denied(&self, cx: &HookCx, _: &PermissionDenied) -> HookResult<()> {
@@ -105,7 +133,11 @@ impl Hook for LoggingHook {
     async fn post_tool_use(&self, cx: &HookCx, _: &PostToolUse) -> HookResult<PostToolUseAction> {
         log_and_continue!(self, cx)
     }
-    async fn post_tool_use_failure(&self, cx: &HookCx, _: &PostToolUseFailure) -> HookResult<PostToolUseAction> {
+    async fn post_tool_use_failure(
+        &self,
+        cx: &HookCx,
+        _: &PostToolUseFailure,
+    ) -> HookResult<PostToolUseAction> {
         log_and_continue!(self, cx)
     }
     async fn step_complete(&self, cx: &HookCx, _: &StepComplete) -> HookResult<()> {

@@ -101,16 +101,21 @@ impl Hook for TimingHook {
         ])
     }
     async fn pre_tool_use(&self, cx: &HookCx, ev: &PreToolUse) -> HookResult<PreToolUseAction> {
-        self.state
-            .open
-            .insert((cx.session_id().to_owned(), ev.tool_use_id.clone()), Instant::now());
+        self.state.open.insert(
+            (cx.session_id().to_owned(), ev.tool_use_id.clone()),
+            Instant::now(),
+        );
         Ok(Default::default())
     }
     async fn post_tool_use(&self, cx: &HookCx, ev: &PostToolUse) -> HookResult<PostToolUseAction> {
         self.finish(cx, &ev.tool_name, &ev.tool_use_id, false);
         Ok(Default::default())
     }
-    async fn post_tool_use_failure(&self, cx: &HookCx, ev: &PostToolUseFailure) -> HookResult<PostToolUseAction> {
+    async fn post_tool_use_failure(
+        &self,
+        cx: &HookCx,
+        ev: &PostToolUseFailure,
+    ) -> HookResult<PostToolUseAction> {
         self.finish(cx, &ev.tool_name, &ev.tool_use_id, true);
         Ok(Default::default())
     }
