@@ -1,1 +1,47 @@
-fn main() {}
+//! The `hookbus` command line.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod demo;
+
+/// Lifecycle hooks for LLM agent loops.
+#[derive(Parser)]
+#[command(name = "hookbus", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scripted session with the built-in hooks and print the trace.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hookbus: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Demo(args) => demo::run(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hookbus: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
