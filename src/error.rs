@@ -53,6 +53,12 @@ pub enum Error {
     /// The session has ended; it takes no more events.
     #[error("session `{0}` is closed")]
     SessionClosed(String),
+    /// No pending approval has that id.
+    #[error("no pending approval with id {0}")]
+    NoSuchApproval(u64),
+    /// No tool of that name is registered.
+    #[error("no tool named `{0}`")]
+    NoSuchTool(String),
     /// The runtime is shutting down or has shut down.
     #[error("the runtime is shutting down")]
     ShuttingDown,

@@ -68,6 +68,7 @@
 
 mod action;
 mod actor;
+mod approver;
 pub mod builtins;
 mod bus;
 mod dispatch;
@@ -79,14 +80,21 @@ mod mailbox;
 mod metrics;
 mod observer;
 mod outcome;
+mod permission;
+mod pipeline;
 mod registry;
 pub mod rule;
 mod scratchpad;
 mod session;
+mod tool;
 
 pub use action::{
     Action, Extras, GateAction, HookOutput, HookResult, PermissionAction, PermissionDecision,
     PostToolUseAction, PreToolUseAction, Reply, ToolDecision,
+};
+pub use approver::{
+    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, PolicyApprover,
+    TerminalApprover,
 };
 pub use async_trait::async_trait;
 pub use bus::{
@@ -101,7 +109,13 @@ pub use mailbox::{Delivery, Mailbox, ReplySlot};
 pub use metrics::MetricsSnapshot;
 pub use observer::{Observer, ObserverOptions, DEFAULT_ENQUEUE_WAIT, DEFAULT_OBSERVER_MAILBOX};
 pub use outcome::{Attributed, Decision, HookRun, Outcome, RunStatus, TaggedContext};
+pub use permission::{
+    HookOpinion, Level, PermissionConfig, PermissionHandle, PermissionMode, PermissionQuery,
+    PermissionService, RuleSet, ToolKind, Verdict,
+};
+pub use pipeline::{system_reminder, CallResult, CallStatus, Pipeline, DEFAULT_APPROVAL_TIMEOUT};
 pub use rule::Rule;
 pub use scratchpad::Scratchpad;
 pub use session::{Session, SessionConfig};
 pub use tokio_util::sync::CancellationToken;
+pub use tool::{Tool, ToolCall, ToolCx, ToolError};

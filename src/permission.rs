@@ -1,0 +1,542 @@
+//! The permission service (SPEC section 6): rule sets, modes, the precedence P0–P8 with an
+//! `explain` of what decided, session memory of "allow always", and fail-closed behaviour (FL-5).
+//!
+//! It runs as an actor ([`PermissionService::spawn`]) reached through a cloneable
+//! [`PermissionHandle`]. Any internal failure — the actor gone, a reply lost, a panic while
+//! evaluating — is a Deny with source `error`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::action::PermissionDecision;
+use crate::error::Error;
+use crate::event::DenialSource;
+use crate::rule::Rule;
+
+/// How permissive a session is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PermissionMode {
+    /// Read-only tools run; others ask.
+    #[default]
+    Default,
+    /// Edit tools run without asking too.
+    AcceptEdits,
+    /// Only read-only tools run; everything else is denied.
+    Plan,
+    /// Whatever would ask is denied.
+    DontAsk,
+    /// Everything that no deny rule forbids runs.
+    BypassPermissions,
+}
+
+impl PermissionMode {
+    /// The wire name (`acceptEdits`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Default => "default",
+            PermissionMode::AcceptEdits => "acceptEdits",
+            PermissionMode::Plan => "plan",
+            PermissionMode::DontAsk => "dontAsk",
+            PermissionMode::BypassPermissions => "bypassPermissions",
+        }
+    }
+}
+
+impl fmt::Display for PermissionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PermissionMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        [
+            PermissionMode::Default,
+            PermissionMode::AcceptEdits,
+            PermissionMode::Plan,
+            PermissionMode::DontAsk,
+            PermissionMode::BypassPermissions,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == s)
+        .ok_or_else(|| Error::InvalidRule {
+            rule: s.to_owned(),
+            column: 1,
+            message:
+                "unknown permission mode (default, acceptEdits, plan, dontAsk, bypassPermissions)"
+                    .to_owned(),
+        })
+    }
+}
+
+/// What kind of tool a call is for, as far as modes care.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// Reads only: allowed in `plan` and without a prompt in `default`.
+    ReadOnly,
+    /// Edits files: allowed without a prompt in `acceptEdits`.
+    Edit,
+    /// Anything else (shell, network, ...).
+    #[default]
+    Other,
+}
+
+/// Deny, ask and allow rules.
+#[derive(Debug, Clone, Default)]
+pub struct RuleSet {
+    /// Deny rules.
+    pub deny: Vec<Rule>,
+    /// Ask rules.
+    pub ask: Vec<Rule>,
+    /// Allow rules.
+    pub allow: Vec<Rule>,
+}
+
+impl RuleSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds a deny rule (parsed; a bad rule is an error naming it and the column).
+    pub fn deny(mut self, rule: &str) -> Result<Self, Error> {
+        self.deny.push(Rule::parse(rule)?);
+        Ok(self)
+    }
+    /// Adds an ask rule.
+    pub fn ask(mut self, rule: &str) -> Result<Self, Error> {
+        self.ask.push(Rule::parse(rule)?);
+        Ok(self)
+    }
+    /// Adds an allow rule.
+    pub fn allow(mut self, rule: &str) -> Result<Self, Error> {
+        self.allow.push(Rule::parse(rule)?);
+        Ok(self)
+    }
+}
+
+/// The level of the precedence that decided (seed 002's P0–P8, plus the mode's own limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Level {
+    /// P0: a global deny rule.
+    P0GlobalDeny,
+    /// P1: a deny rule of the tool.
+    P1ToolDeny,
+    /// P2: a deny rule of the session.
+    P2SessionDeny,
+    /// The mode forbids it (`plan` for a tool that is not read-only).
+    ModeDeny,
+    /// P3: a PreToolUse hook blocked.
+    P3HookBlock,
+    /// P4: a PreToolUse hook asked.
+    P4HookAsk,
+    /// P5: an ask rule of the session.
+    P5SessionAsk,
+    /// P6: an ask rule of the tool (or a global ask rule).
+    P6ToolAsk,
+    /// P7: an allow rule, or a hook's Allow.
+    P7Allow,
+    /// P8: nothing matched; the mode decides.
+    P8Implicit,
+}
+
+/// One permission question.
+#[derive(Debug, Clone)]
+pub struct PermissionQuery {
+    /// The session asking.
+    pub session_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// The input that will run.
+    pub input: Value,
+    /// Read-only / edit / other.
+    pub kind: ToolKind,
+    /// The session's working directory (for path rules).
+    pub cwd: Option<PathBuf>,
+    /// The folded PreToolUse decision, if any hook had one.
+    pub hook: HookOpinion,
+    /// Only the rules (P0–P2): the early check on the original input.
+    pub deny_rules_only: bool,
+}
+
+/// What the PreToolUse hooks said, for the precedence.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum HookOpinion {
+    /// No opinion.
+    #[default]
+    None,
+    /// A hook allowed (skips the prompt; never loosens a deny).
+    Allow(String),
+    /// A hook asked.
+    Ask(String),
+    /// A hook blocked.
+    Block(String),
+}
+
+/// The service's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Allow, ask or deny.
+    pub decision: PermissionDecision,
+    /// Which level decided (`None` for internal errors).
+    pub level: Option<Level>,
+    /// For a Deny: who denied.
+    pub source: Option<DenialSource>,
+    /// The rule that matched, if a rule decided.
+    pub rule: Option<String>,
+    /// One line saying what decided and why.
+    pub explain: String,
+}
+
+impl Verdict {
+    fn new(
+        decision: PermissionDecision,
+        level: Level,
+        rule: Option<&Rule>,
+        explain: String,
+    ) -> Self {
+        let source = (decision == PermissionDecision::Deny).then_some(match level {
+            Level::P3HookBlock => DenialSource::Hook,
+            Level::ModeDeny | Level::P8Implicit => DenialSource::Mode,
+            _ => DenialSource::Rule,
+        });
+        Verdict {
+            decision,
+            level: Some(level),
+            source,
+            rule: rule.map(|r| r.as_str().to_owned()),
+            explain,
+        }
+    }
+
+    /// The fail-closed answer.
+    pub fn error(why: impl Into<String>) -> Self {
+        Verdict {
+            decision: PermissionDecision::Deny,
+            level: None,
+            source: Some(DenialSource::Error),
+            rule: None,
+            explain: format!("permission service error: {}", why.into()),
+        }
+    }
+}
+
+/// The service's configuration.
+#[derive(Debug, Clone, Default)]
+pub struct PermissionConfig {
+    /// Rules for every tool and session (P0 deny, P6 ask, P7 allow).
+    pub global: RuleSet,
+    /// Rules of one tool (P1 deny, P6 ask, P7 allow), by tool name.
+    pub tools: HashMap<String, RuleSet>,
+    /// The mode of sessions that do not set one.
+    pub default_mode: PermissionMode,
+}
+
+#[derive(Default)]
+struct SessionState {
+    rules: RuleSet,
+    mode: Option<PermissionMode>,
+}
+
+/// The evaluation, separate from the actor so it can be tested as a table.
+struct Evaluator {
+    config: PermissionConfig,
+    sessions: HashMap<String, SessionState>,
+}
+
+impl Evaluator {
+    fn evaluate(&self, q: &PermissionQuery) -> Verdict {
+        use PermissionDecision::*;
+        let cwd = q.cwd.as_deref();
+        let session = self.sessions.get(&q.session_id);
+        let mode = session
+            .and_then(|s| s.mode)
+            .unwrap_or(self.config.default_mode);
+        let tool_rules = self.config.tools.get(&q.tool_name);
+        let any = |rules: &[Rule]| {
+            rules
+                .iter()
+                .find(|r| r.matches(&q.tool_name, &q.input, cwd))
+                .cloned()
+        };
+        let all = |rules: &[Rule]| {
+            rules
+                .iter()
+                .find(|r| r.matches_all(&q.tool_name, &q.input, cwd))
+                .cloned()
+        };
+
+        if let Some(r) = any(&self.config.global.deny) {
+            return Verdict::new(
+                Deny,
+                Level::P0GlobalDeny,
+                Some(&r),
+                format!("P0 global deny rule `{r}`"),
+            );
+        }
+        if let Some(r) = tool_rules.and_then(|t| any(&t.deny)) {
+            return Verdict::new(
+                Deny,
+                Level::P1ToolDeny,
+                Some(&r),
+                format!("P1 tool deny rule `{r}`"),
+            );
+        }
+        if let Some(r) = session.and_then(|s| any(&s.rules.deny)) {
+            return Verdict::new(
+                Deny,
+                Level::P2SessionDeny,
+                Some(&r),
+                format!("P2 session deny rule `{r}`"),
+            );
+        }
+        if q.deny_rules_only {
+            return Verdict::new(
+                Allow,
+                Level::P8Implicit,
+                None,
+                "no deny rule matches".to_owned(),
+            );
+        }
+        if mode == PermissionMode::Plan && q.kind != ToolKind::ReadOnly {
+            return Verdict::new(
+                Deny,
+                Level::ModeDeny,
+                None,
+                format!(
+                    "mode plan allows only read-only tools; `{}` is not",
+                    q.tool_name
+                ),
+            );
+        }
+        let ask = |level: Level, rule: Option<&Rule>, explain: String| {
+            let v = Verdict::new(Ask, level, rule, explain);
+            mode_adjusts_ask(v, mode)
+        };
+        match &q.hook {
+            HookOpinion::Block(reason) => {
+                return Verdict::new(
+                    Deny,
+                    Level::P3HookBlock,
+                    None,
+                    format!("P3 hook block: {reason}"),
+                );
+            }
+            HookOpinion::Ask(reason) => {
+                return ask(Level::P4HookAsk, None, format!("P4 hook ask: {reason}"))
+            }
+            _ => {}
+        }
+        if let Some(r) = session.and_then(|s| any(&s.rules.ask)) {
+            return ask(
+                Level::P5SessionAsk,
+                Some(&r),
+                format!("P5 session ask rule `{r}`"),
+            );
+        }
+        if let Some(r) = tool_rules
+            .and_then(|t| any(&t.ask))
+            .or_else(|| any(&self.config.global.ask))
+        {
+            return ask(Level::P6ToolAsk, Some(&r), format!("P6 ask rule `{r}`"));
+        }
+        let allow_rule = session
+            .and_then(|s| all(&s.rules.allow))
+            .or_else(|| tool_rules.and_then(|t| all(&t.allow)))
+            .or_else(|| all(&self.config.global.allow));
+        if let Some(r) = allow_rule {
+            return Verdict::new(
+                Allow,
+                Level::P7Allow,
+                Some(&r),
+                format!("P7 allow rule `{r}`"),
+            );
+        }
+        if let HookOpinion::Allow(reason) = &q.hook {
+            return Verdict::new(
+                Allow,
+                Level::P7Allow,
+                None,
+                format!("P7 hook allow: {reason}"),
+            );
+        }
+        let implicit = match (mode, q.kind) {
+            (PermissionMode::BypassPermissions, _) => Allow,
+            (_, ToolKind::ReadOnly) => Allow,
+            (PermissionMode::AcceptEdits, ToolKind::Edit) => Allow,
+            _ => Ask,
+        };
+        let explain = format!(
+            "P8 implicit: mode {mode} {} {:?} tools",
+            if implicit == Allow {
+                "allows"
+            } else {
+                "asks for"
+            },
+            q.kind
+        );
+        let v = Verdict::new(implicit, Level::P8Implicit, None, explain);
+        if implicit == Ask {
+            mode_adjusts_ask(v, mode)
+        } else {
+            v
+        }
+    }
+}
+
+/// `dontAsk` turns an Ask into a Deny; `bypassPermissions` into an Allow.
+fn mode_adjusts_ask(mut v: Verdict, mode: PermissionMode) -> Verdict {
+    match mode {
+        PermissionMode::DontAsk => {
+            v.decision = PermissionDecision::Deny;
+            v.source = Some(DenialSource::Mode);
+            v.explain = format!("{} → denied by mode dontAsk", v.explain);
+        }
+        PermissionMode::BypassPermissions => {
+            v.decision = PermissionDecision::Allow;
+            v.explain = format!("{} → allowed by mode bypassPermissions", v.explain);
+        }
+        _ => {}
+    }
+    v
+}
+
+enum Msg {
+    Check(Box<PermissionQuery>, oneshot::Sender<Verdict>),
+    AddSessionRules(String, RuleSet, oneshot::Sender<()>),
+    SetMode(String, PermissionMode, oneshot::Sender<()>),
+    ForgetSession(String),
+}
+
+/// The permission service actor.
+pub struct PermissionService;
+
+impl PermissionService {
+    /// Starts the actor and returns its handle.
+    pub fn spawn(config: PermissionConfig) -> PermissionHandle {
+        let (handle, fut) = Self::pair(config);
+        tokio::spawn(fut);
+        handle
+    }
+
+    /// The handle and the actor's loop as a future, for tests and custom executors (ACT-4).
+    pub fn pair(
+        config: PermissionConfig,
+    ) -> (
+        PermissionHandle,
+        impl std::future::Future<Output = ()> + Send,
+    ) {
+        let (tx, mut rx) = mpsc::channel::<Msg>(256);
+        let stop = CancellationToken::new();
+        let handle = PermissionHandle {
+            tx,
+            stop: stop.clone(),
+        };
+        let fut = async move {
+            let mut eval = Evaluator {
+                config,
+                sessions: HashMap::new(),
+            };
+            loop {
+                let msg = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    msg = rx.recv() => msg,
+                };
+                let Some(msg) = msg else { return };
+                match msg {
+                    Msg::Check(q, reply) => {
+                        let verdict =
+                            std::panic::catch_unwind(AssertUnwindSafe(|| eval.evaluate(&q)))
+                                .unwrap_or_else(|_| Verdict::error("panic while evaluating rules"));
+                        let _ = reply.send(verdict);
+                    }
+                    Msg::AddSessionRules(id, rules, reply) => {
+                        let s = eval.sessions.entry(id).or_default();
+                        s.rules.deny.extend(rules.deny);
+                        s.rules.ask.extend(rules.ask);
+                        s.rules.allow.extend(rules.allow);
+                        let _ = reply.send(());
+                    }
+                    Msg::SetMode(id, mode, reply) => {
+                        eval.sessions.entry(id).or_default().mode = Some(mode);
+                        let _ = reply.send(());
+                    }
+                    Msg::ForgetSession(id) => {
+                        eval.sessions.remove(&id);
+                    }
+                }
+            }
+        };
+        (handle, fut)
+    }
+}
+
+/// A cloneable handle to the permission service.
+#[derive(Clone, Debug)]
+pub struct PermissionHandle {
+    tx: mpsc::Sender<Msg>,
+    stop: CancellationToken,
+}
+
+impl PermissionHandle {
+    /// Decides a query. Fail-closed: if the service cannot answer, the verdict is a Deny with
+    /// source `error`.
+    pub async fn check(&self, query: PermissionQuery) -> Verdict {
+        let (reply, rx) = oneshot::channel();
+        if self
+            .tx
+            .send(Msg::Check(Box::new(query), reply))
+            .await
+            .is_err()
+        {
+            return Verdict::error("the permission service is not running");
+        }
+        rx.await
+            .unwrap_or_else(|_| Verdict::error("the permission service dropped the request"))
+    }
+
+    /// Adds rules to one session (P2 deny, P5 ask, session allow), e.g. "allow always".
+    pub async fn add_session_rules(&self, session_id: &str, rules: RuleSet) -> Result<(), Error> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::AddSessionRules(session_id.to_owned(), rules, reply))
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await.map_err(|_| Error::ShuttingDown)
+    }
+
+    /// Sets a session's mode.
+    pub async fn set_mode(&self, session_id: &str, mode: PermissionMode) -> Result<(), Error> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::SetMode(session_id.to_owned(), mode, reply))
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await.map_err(|_| Error::ShuttingDown)
+    }
+
+    /// Forgets a session's rules and mode.
+    pub async fn forget_session(&self, session_id: &str) {
+        let _ = self
+            .tx
+            .send(Msg::ForgetSession(session_id.to_owned()))
+            .await;
+    }
+
+    /// Stops the service (its control path, served before queued checks). Later checks deny
+    /// with source `error`.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+}

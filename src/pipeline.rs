@@ -1,0 +1,548 @@
+//! The tool-call pipeline: the one entry point every tool call passes through, in the order of
+//! SPEC section 6.
+//!
+//! 1. A host deny rule on the original input denies at once (no hook is called).
+//! 2. `PreToolUse` gates give the folded decision and the final input.
+//! 3. Block or Defer: the model gets an error result; no `PostToolUse`.
+//! 4. Permission is resolved on the **final** input (SEC-1), with the hooks' Allow / Ask as
+//!    P7 / P4 of the precedence.
+//! 5. Ask: `PermissionRequest` gates may override (most restrictive wins; a rule deny was already
+//!    final); still Ask: the approver answers within a timeout (then: Deny, source `timeout`).
+//! 6. Deny: the model gets `Permission denied: <reason>`; `PermissionDenied` carries the source.
+//! 7. The tool runs once (SEC-3), with cancellation and its timeout; errors, panics and timeouts
+//!    become error results.
+//! 8. `PostToolUse` / `PostToolUseFailure` gates; the final result goes to the model; contexts and
+//!    warnings become reminders for the next model call.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::action::PermissionDecision;
+use crate::actor::panic_message;
+use crate::approver::{Approval, ApprovalRequest, Approver};
+use crate::error::Error;
+use crate::event::*;
+use crate::outcome::{Decision, Outcome};
+use crate::permission::{
+    HookOpinion, PermissionHandle, PermissionQuery, RuleSet, ToolKind, Verdict,
+};
+use crate::rule::Rule;
+use crate::session::Session;
+use crate::tool::{Tool, ToolCall, ToolCx};
+
+/// Default time the approver has to answer.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum CallStatus {
+    /// The tool ran and succeeded.
+    Completed,
+    /// The tool ran and failed.
+    Failed {
+        /// How.
+        kind: FailureKind,
+    },
+    /// A PreToolUse hook blocked it.
+    Blocked,
+    /// A PreToolUse hook deferred it.
+    Deferred,
+    /// Permission was denied.
+    Denied {
+        /// Who denied it.
+        source: DenialSource,
+    },
+}
+
+/// What one call produced: what the model receives, and how it came about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallResult {
+    /// The call's id.
+    pub tool_use_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// The text the model receives.
+    pub content: String,
+    /// Whether the model sees an error.
+    pub is_error: bool,
+    /// Whether the tool ran (at most once, SEC-3).
+    pub executed: bool,
+    /// How it ended.
+    pub status: CallStatus,
+    /// The input that ran (or would have).
+    pub final_input: Value,
+    /// Tagged contexts and warnings, for `<system-reminder>`s before the next model call.
+    pub reminders: Vec<String>,
+    /// What decided permission.
+    pub explain: Option<String>,
+}
+
+/// Formats reminders as one `<system-reminder>` block, or `None` when there are none.
+pub fn system_reminder(reminders: &[String]) -> Option<String> {
+    (!reminders.is_empty()).then(|| {
+        format!(
+            "<system-reminder>\n{}\n</system-reminder>",
+            reminders.join("\n")
+        )
+    })
+}
+
+/// Runs tool calls for one session through hooks, permission, approver and the tool.
+#[derive(Clone)]
+pub struct Pipeline {
+    session: Session,
+    permissions: PermissionHandle,
+    approver: Arc<dyn Approver>,
+    approval_timeout: Duration,
+    tools: Arc<HashMap<String, Arc<dyn Tool>>>,
+    cwd: PathBuf,
+    cancel: CancellationToken,
+}
+
+impl Pipeline {
+    /// A pipeline for `session` with these tools.
+    pub fn new(
+        session: Session,
+        permissions: PermissionHandle,
+        approver: Arc<dyn Approver>,
+        tools: impl IntoIterator<Item = Arc<dyn Tool>>,
+    ) -> Self {
+        Self {
+            session,
+            permissions,
+            approver,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            tools: Arc::new(
+                tools
+                    .into_iter()
+                    .map(|t| (t.name().to_owned(), t))
+                    .collect(),
+            ),
+            cwd: PathBuf::from("."),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    /// How long the approver may take (default 60 s).
+    pub fn approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = timeout;
+        self
+    }
+
+    /// The session's workspace (tools' cwd, relative path rules).
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = cwd.into();
+        self
+    }
+
+    /// The token that cancels running tools (the turn's).
+    pub fn cancellation(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// The session.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// A tool by name.
+    pub fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Runs one call at turn 0, step 0.
+    pub async fn execute(&self, call: ToolCall) -> Result<CallResult, Error> {
+        self.execute_at(call, 0, 0).await
+    }
+
+    /// Runs one call, dispatching its events at this turn and step.
+    pub async fn execute_at(
+        &self,
+        call: ToolCall,
+        turn: u32,
+        step: u32,
+    ) -> Result<CallResult, Error> {
+        let tool = self
+            .tools
+            .get(&call.name)
+            .cloned()
+            .ok_or_else(|| Error::NoSuchTool(call.name.clone()))?;
+        let cx = CallCx {
+            pipeline: self,
+            call: &call,
+            kind: tool.kind(),
+            turn,
+            step,
+        };
+        // 1. Host deny rules on the original input: denied before any hook.
+        let early = cx.check(&call.input, HookOpinion::None, true).await;
+        if early.decision == PermissionDecision::Deny {
+            return cx.denied(call.input.clone(), &early, Vec::new()).await;
+        }
+        // 2. PreToolUse gates.
+        let pre = cx
+            .dispatch(Event::PreToolUse(PreToolUse {
+                tool_name: call.name.clone(),
+                tool_input: call.input.clone(),
+                tool_use_id: call.id.clone(),
+            }))
+            .await?;
+        let mut reminders = reminders_of(&pre);
+        let final_input = pre
+            .updated_input
+            .clone()
+            .unwrap_or_else(|| call.input.clone());
+        // 3. Block / Defer.
+        match pre.decision {
+            Decision::Block => {
+                let reason = pre.reason_text();
+                cx.dispatch(Event::PermissionDenied(PermissionDenied {
+                    tool_name: call.name.clone(),
+                    tool_input: final_input.clone(),
+                    tool_use_id: call.id.clone(),
+                    reason: reason.clone(),
+                    source: DenialSource::Hook,
+                    decided_by: pre.decided_by().map(str::to_owned),
+                }))
+                .await?;
+                return Ok(cx.result(
+                    format!("Blocked by hook: {reason}"),
+                    true,
+                    CallStatus::Blocked,
+                    final_input,
+                    reminders,
+                    None,
+                ));
+            }
+            Decision::Defer => {
+                return Ok(cx.result(
+                    format!("Deferred by hook: {}", pre.reason_text()),
+                    true,
+                    CallStatus::Deferred,
+                    final_input,
+                    reminders,
+                    None,
+                ));
+            }
+            _ => {}
+        }
+        // 4. Permission on the final input.
+        let opinion = match pre.decision {
+            Decision::Ask => HookOpinion::Ask(pre.reason_text()),
+            Decision::Allow => HookOpinion::Allow(pre.reason_text()),
+            _ => HookOpinion::None,
+        };
+        let mut verdict = cx.check(&final_input, opinion, false).await;
+        // 5. Ask: PermissionRequest gates, then the approver.
+        if verdict.decision == PermissionDecision::Ask {
+            let req = cx
+                .dispatch(Event::PermissionRequest(PermissionRequest {
+                    tool_name: call.name.clone(),
+                    tool_input: final_input.clone(),
+                    tool_use_id: call.id.clone(),
+                    reason: Some(verdict.explain.clone()),
+                }))
+                .await?;
+            reminders.extend(reminders_of(&req));
+            verdict = match req.decision {
+                Decision::Deny => Verdict {
+                    decision: PermissionDecision::Deny,
+                    source: Some(DenialSource::Hook),
+                    explain: format!("PermissionRequest hook denied: {}", req.reason_text()),
+                    ..verdict
+                },
+                Decision::Allow => Verdict {
+                    decision: PermissionDecision::Allow,
+                    explain: format!("PermissionRequest hook allowed: {}", req.reason_text()),
+                    ..verdict
+                },
+                _ => cx.ask_approver(&final_input, verdict).await?,
+            };
+        }
+        // 6. Deny.
+        if verdict.decision != PermissionDecision::Allow {
+            return cx.denied(final_input, &verdict, reminders).await;
+        }
+        // 7. Execute once.
+        let started = Instant::now();
+        let executed = cx.run(&tool, final_input.clone()).await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let original_input = (final_input != call.input).then(|| call.input.clone());
+        // 8. Post gates.
+        match executed {
+            Ok(output) => {
+                let post = cx
+                    .dispatch(Event::PostToolUse(PostToolUse {
+                        tool_name: call.name.clone(),
+                        tool_input: final_input.clone(),
+                        original_input,
+                        tool_response: output.clone(),
+                        original_response: None,
+                        tool_use_id: call.id.clone(),
+                        is_error: false,
+                        duration_ms,
+                    }))
+                    .await?;
+                reminders.extend(reminders_of(&post));
+                let shown = post.updated_output.clone().unwrap_or(output);
+                let mut content = as_text(&shown);
+                for fb in &post.feedback {
+                    content.push_str(&format!("\n[Hook feedback: {}] {}", fb.hook, fb.value));
+                }
+                Ok(cx.result(
+                    content,
+                    false,
+                    CallStatus::Completed,
+                    final_input,
+                    reminders,
+                    Some(verdict.explain),
+                ))
+            }
+            Err((kind, error)) => {
+                let post = cx
+                    .dispatch(Event::PostToolUseFailure(PostToolUseFailure {
+                        tool_name: call.name.clone(),
+                        tool_input: final_input.clone(),
+                        original_input,
+                        tool_use_id: call.id.clone(),
+                        error: error.clone(),
+                        is_error: true,
+                        is_interrupt: kind == FailureKind::Interrupted,
+                        kind,
+                        duration_ms,
+                    }))
+                    .await?;
+                reminders.extend(reminders_of(&post));
+                let mut content = post.updated_output.as_ref().map(as_text).unwrap_or(error);
+                for fb in &post.feedback {
+                    content.push_str(&format!("\n[Hook feedback: {}] {}", fb.hook, fb.value));
+                }
+                Ok(cx.result(
+                    content,
+                    true,
+                    CallStatus::Failed { kind },
+                    final_input,
+                    reminders,
+                    Some(verdict.explain),
+                ))
+            }
+        }
+    }
+}
+
+/// One call in progress.
+struct CallCx<'a> {
+    pipeline: &'a Pipeline,
+    call: &'a ToolCall,
+    kind: ToolKind,
+    turn: u32,
+    step: u32,
+}
+
+impl CallCx<'_> {
+    async fn dispatch(&self, event: Event) -> Result<Outcome, Error> {
+        self.pipeline
+            .session
+            .dispatch_at(event, self.turn, self.step)
+            .await
+    }
+
+    async fn check(&self, input: &Value, hook: HookOpinion, deny_rules_only: bool) -> Verdict {
+        self.pipeline
+            .permissions
+            .check(PermissionQuery {
+                session_id: self.pipeline.session.id().to_owned(),
+                tool_name: self.call.name.clone(),
+                input: input.clone(),
+                kind: self.kind,
+                cwd: Some(self.pipeline.cwd.clone()),
+                hook,
+                deny_rules_only,
+            })
+            .await
+    }
+
+    async fn ask_approver(&self, input: &Value, verdict: Verdict) -> Result<Verdict, Error> {
+        let p = self.pipeline;
+        self.dispatch(Event::Notification(Notification {
+            message: format!("hookbus needs your permission to use {}", self.call.name),
+            title: Some("Permission needed".into()),
+            notification_type: "permission_prompt".into(),
+        }))
+        .await?;
+        let request = ApprovalRequest {
+            id: 0,
+            session_id: p.session.id().to_owned(),
+            tool_use_id: self.call.id.clone(),
+            tool_name: self.call.name.clone(),
+            input: input.clone(),
+            reason: verdict.explain.clone(),
+        };
+        let answer = tokio::time::timeout(p.approval_timeout, p.approver.approve(request)).await;
+        Ok(match answer {
+            Err(_) => Verdict {
+                decision: PermissionDecision::Deny,
+                source: Some(DenialSource::Timeout),
+                explain: format!(
+                    "no answer from the approver within {} ms",
+                    p.approval_timeout.as_millis()
+                ),
+                ..verdict
+            },
+            Ok(Approval::AllowOnce) => Verdict {
+                decision: PermissionDecision::Allow,
+                explain: format!("{} → allowed once by the user", verdict.explain),
+                ..verdict
+            },
+            Ok(Approval::AllowAlways) => {
+                if let Some(rule) = always_rule(&self.call.name, input) {
+                    let _ = p
+                        .permissions
+                        .add_session_rules(
+                            p.session.id(),
+                            RuleSet {
+                                allow: vec![rule],
+                                ..RuleSet::default()
+                            },
+                        )
+                        .await;
+                }
+                Verdict {
+                    decision: PermissionDecision::Allow,
+                    explain: format!(
+                        "{} → allowed always (this session) by the user",
+                        verdict.explain
+                    ),
+                    ..verdict
+                }
+            }
+            Ok(Approval::Deny { reason }) => Verdict {
+                decision: PermissionDecision::Deny,
+                source: Some(DenialSource::User),
+                explain: reason.unwrap_or_else(|| "the user said no".into()),
+                ..verdict
+            },
+        })
+    }
+
+    async fn denied(
+        &self,
+        input: Value,
+        verdict: &Verdict,
+        reminders: Vec<String>,
+    ) -> Result<CallResult, Error> {
+        let source = verdict.source.unwrap_or(DenialSource::Error);
+        self.dispatch(Event::PermissionDenied(PermissionDenied {
+            tool_name: self.call.name.clone(),
+            tool_input: input.clone(),
+            tool_use_id: self.call.id.clone(),
+            reason: verdict.explain.clone(),
+            source,
+            decided_by: verdict.rule.clone(),
+        }))
+        .await?;
+        Ok(self.result(
+            format!("Permission denied: {}", verdict.explain),
+            true,
+            CallStatus::Denied { source },
+            input,
+            reminders,
+            Some(verdict.explain.clone()),
+        ))
+    }
+
+    /// Runs the tool once, with its timeout and the turn's cancellation; a panic is an error.
+    async fn run(
+        &self,
+        tool: &Arc<dyn Tool>,
+        input: Value,
+    ) -> Result<Value, (FailureKind, String)> {
+        let p = self.pipeline;
+        let token = p.cancel.child_token();
+        let cx = ToolCx {
+            cancel: token.clone(),
+            cwd: p.cwd.clone(),
+            session_id: p.session.id().to_owned(),
+            tool_use_id: self.call.id.clone(),
+        };
+        let limit = tool.timeout();
+        let fut = AssertUnwindSafe(tool.execute(input, cx)).catch_unwind();
+        let result = tokio::select! {
+            biased;
+            _ = p.cancel.cancelled() => Err((FailureKind::Interrupted, "interrupted: the turn was cancelled".to_owned())),
+            r = tokio::time::timeout(limit, fut) => match r {
+                Err(_) => Err((FailureKind::Timeout, format!("tool timed out after {} ms", limit.as_millis()))),
+                Ok(Err(panic)) => Err((FailureKind::Panic, format!("tool panicked: {}", panic_message(panic.as_ref())))),
+                Ok(Ok(Err(e))) => Err((FailureKind::Error, e.to_string())),
+                Ok(Ok(Ok(v))) => Ok(v),
+            },
+        };
+        token.cancel();
+        result
+    }
+
+    fn result(
+        &self,
+        content: String,
+        is_error: bool,
+        status: CallStatus,
+        final_input: Value,
+        reminders: Vec<String>,
+        explain: Option<String>,
+    ) -> CallResult {
+        CallResult {
+            tool_use_id: self.call.id.clone(),
+            tool_name: self.call.name.clone(),
+            executed: matches!(status, CallStatus::Completed | CallStatus::Failed { .. }),
+            content,
+            is_error,
+            status,
+            final_input,
+            reminders,
+            explain,
+        }
+    }
+}
+
+/// The session rule "allow always" adds: the exact command for command tools, else the tool.
+fn always_rule(tool: &str, input: &Value) -> Option<Rule> {
+    let text = match input.get("command").and_then(Value::as_str) {
+        Some(cmd) if !cmd.contains(['(', ')']) => format!("{tool}({cmd})"),
+        _ => tool.to_owned(),
+    };
+    Rule::parse(&text).ok()
+}
+
+fn reminders_of(outcome: &Outcome) -> Vec<String> {
+    outcome
+        .contexts
+        .iter()
+        .map(ToString::to_string)
+        .chain(outcome.warnings.iter().map(|w| {
+            format!(
+                "[Hook: {} | {}] warning: {}",
+                w.hook,
+                outcome.kind.map_or("", |k| k.as_str()),
+                w.value
+            )
+        }))
+        .collect()
+}
+
+fn as_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
