@@ -210,7 +210,7 @@ impl ApprovalDesk {
         let (_, pending) = self
             .pending
             .remove(&id)
-            .ok_or_else(|| Error::NoSuchApproval(id))?;
+            .ok_or(Error::NoSuchApproval(id))?;
         pending
             .reply
             .send(approval)
