@@ -207,10 +207,7 @@ impl ApprovalDesk {
 
     /// Answers request `id`. Errors when no such request is pending.
     pub fn answer(&self, id: u64, approval: Approval) -> Result<(), Error> {
-        let (_, pending) = self
-            .pending
-            .remove(&id)
-            .ok_or(Error::NoSuchApproval(id))?;
+        let (_, pending) = self.pending.remove(&id).ok_or(Error::NoSuchApproval(id))?;
         pending
             .reply
             .send(approval)

@@ -2,11 +2,10 @@
 //! hooks, a maintenance-window gate, an audit observer and a Post hook that fails, printing the
 //! trace.
 
-use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hookbus::builtins::{LogSink, LoggingHook, TimingHook};
 use hookbus::*;
@@ -99,6 +98,28 @@ struct Summary {
     warnings: Vec<String>,
 }
 
+/// The demo's tools, confined to the workspace by joining relative paths only.
+struct DemoTool {
+    name: &'static str,
+    kind: ToolKind,
+}
+
+#[async_trait]
+impl Tool for DemoTool {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn kind(&self) -> ToolKind {
+        self.kind
+    }
+    async fn execute(&self, input: Value, cx: ToolCx) -> Result<Value, ToolError> {
+        run_tool(&cx.cwd, self.name, &input)
+            .await
+            .map(Value::String)
+            .map_err(ToolError)
+    }
+}
+
 /// Runs the demo.
 pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let workspace = std::env::temp_dir().join(format!("hookbus-demo-{}", std::process::id()));
@@ -123,9 +144,42 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
             SessionConfig::new()
                 .id("demo")
                 .cwd(workspace.display().to_string())
-                .permission_mode("default"),
+                .permission_mode("acceptEdits"),
         )
         .await?;
+    let permissions = PermissionService::spawn(PermissionConfig {
+        global: RuleSet::new().deny("bash(rm *)")?,
+        default_mode: PermissionMode::AcceptEdits,
+        ..Default::default()
+    });
+    let fallback = if args.approve == "yes" {
+        Approval::AllowOnce
+    } else {
+        Approval::Deny {
+            reason: Some("the user said no".into()),
+        }
+    };
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(DemoTool {
+            name: "read_file",
+            kind: ToolKind::ReadOnly,
+        }),
+        Arc::new(DemoTool {
+            name: "bash",
+            kind: ToolKind::Other,
+        }),
+        Arc::new(DemoTool {
+            name: "write_file",
+            kind: ToolKind::Edit,
+        }),
+    ];
+    let pipeline = Pipeline::new(
+        session.clone(),
+        permissions,
+        Arc::new(TerminalApprover::new(fallback)),
+        tools,
+    )
+    .cwd(&workspace);
     let mut summary = Summary {
         events: 0,
         decisions: Vec::new(),
@@ -151,40 +205,26 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         ));
         code = ExitCode::from(3);
     } else {
-        let calls = [
-            ("read_file", json!({"path": "main.py"}), false),
-            ("bash", json!({"command": "python3 main.py"}), true),
-        ];
         let mut output = String::new();
-        for (i, (tool, input, ask)) in calls.into_iter().enumerate() {
-            let id = format!("toolu_{:02}", i + 1);
-            if let Some(out) = call_tool(
-                &session,
-                &workspace,
-                tool,
-                input,
-                &id,
-                ask,
-                &args.approve,
-                &mut summary,
-            )
-            .await?
-            {
-                output = out;
+        let calls = [
+            ToolCall::new("toolu_01", "read_file", json!({"path": "main.py"})),
+            ToolCall::new("toolu_02", "bash", json!({"command": "python3 main.py"})),
+        ];
+        for call in calls {
+            let result = pipeline.execute(call).await?;
+            record(&mut summary, &result);
+            if !result.is_error {
+                output = result.content;
             }
         }
         let text = format!("main.py prints {}\n", output.trim());
-        call_tool(
-            &session,
-            &workspace,
+        let write = ToolCall::new(
+            "toolu_03",
             "write_file",
             json!({"path": "SUMMARY.md", "content": text}),
-            "toolu_03",
-            false,
-            &args.approve,
-            &mut summary,
-        )
-        .await?;
+        );
+        let result = pipeline.execute(write).await?;
+        record(&mut summary, &result);
         println!("[Model] main.py prints {}", output.trim());
         session
             .dispatch(Event::Stop(Stop {
@@ -212,115 +252,21 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
     Ok(code)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn call_tool(
-    session: &Session,
-    workspace: &Path,
-    tool: &str,
-    input: Value,
-    id: &str,
-    ask: bool,
-    approve: &str,
-    summary: &mut Summary,
-) -> Result<Option<String>, Box<dyn std::error::Error>> {
-    let pre = session
-        .dispatch(Event::PreToolUse(PreToolUse {
-            tool_name: tool.into(),
-            tool_input: input.clone(),
-            tool_use_id: id.into(),
-        }))
-        .await?;
-    if pre.is_blocked() {
-        summary
-            .decisions
-            .push(format!("{tool}: blocked ({})", pre.reason_text()));
-        return Ok(None);
-    }
-    let input = pre.updated_input.unwrap_or(input);
-    if ask {
-        let allowed = ask_user(tool, &input, approve);
-        summary.decisions.push(format!(
-            "{tool}: {}",
-            if allowed {
-                "allowed by user"
-            } else {
-                "denied by user"
-            }
-        ));
-        if !allowed {
-            session
-                .dispatch(Event::PermissionDenied(PermissionDenied {
-                    tool_name: tool.into(),
-                    tool_input: input,
-                    tool_use_id: id.into(),
-                    reason: "the user said no".into(),
-                    source: DenialSource::User,
-                    decided_by: None,
-                }))
-                .await?;
-            return Ok(None);
-        }
-    } else {
-        summary.decisions.push(format!("{tool}: allowed"));
-    }
-    let started = Instant::now();
-    let result = run_tool(workspace, tool, &input).await;
-    let duration_ms = started.elapsed().as_millis() as u64;
-    let out = match result {
-        Ok(text) => {
-            let post = session
-                .dispatch(Event::PostToolUse(PostToolUse {
-                    tool_name: tool.into(),
-                    tool_input: input.clone(),
-                    original_input: None,
-                    tool_response: json!(text),
-                    original_response: None,
-                    tool_use_id: id.into(),
-                    is_error: false,
-                    duration_ms,
-                }))
-                .await?;
-            summary.warnings.extend(
-                post.warnings
-                    .iter()
-                    .map(|w| format!("{}: {}", w.hook, w.value)),
-            );
-            Some(text)
-        }
-        Err(e) => {
-            session
-                .dispatch(Event::PostToolUseFailure(PostToolUseFailure {
-                    tool_name: tool.into(),
-                    tool_input: input,
-                    original_input: None,
-                    tool_use_id: id.into(),
-                    error: e.clone(),
-                    is_error: true,
-                    is_interrupt: false,
-                    kind: FailureKind::Error,
-                    duration_ms,
-                }))
-                .await?;
-            None
-        }
-    };
-    Ok(out)
-}
-
-fn ask_user(tool: &str, input: &Value, approve: &str) -> bool {
-    let question = format!("[Permission] Allow {tool} {input}? (y/n/always)");
-    if std::io::stdin().is_terminal() {
-        println!("{question}");
-        let mut line = String::new();
-        if std::io::stdin().read_line(&mut line).is_err() {
-            return false;
-        }
-        matches!(line.trim(), "y" | "yes" | "always")
-    } else {
-        let yes = approve == "yes";
-        println!("{question} {}", if yes { "y" } else { "n" });
-        yes
-    }
+fn record(summary: &mut Summary, result: &CallResult) {
+    summary.decisions.push(format!(
+        "{} {}: {:?} ({})",
+        result.tool_name,
+        result.tool_use_id,
+        result.status,
+        result.explain.as_deref().unwrap_or("-")
+    ));
+    summary.warnings.extend(
+        result
+            .reminders
+            .iter()
+            .filter(|r| r.contains("warning:"))
+            .cloned(),
+    );
 }
 
 async fn run_tool(workspace: &Path, tool: &str, input: &Value) -> Result<String, String> {

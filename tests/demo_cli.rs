@@ -25,7 +25,8 @@ fn demo_prints_the_trace_the_answer_and_the_summary() {
         "[Permission] Allow bash {\"command\":\"python3 main.py\"}? (y/n/always) y",
         "main.py prints 42",
         "== summary ==",
-        "warning: lint-after-write",
+        "warning: [Hook: lint-after-write | PostToolUse] warning: hook `lint-after-write` failed",
+        "bash toolu_02: Completed",
         "audit: outcome toolu_02 ok",
     ] {
         assert!(out.contains(line), "missing `{line}` in:\n{out}");
