@@ -351,76 +351,62 @@ impl Registry {
     }
 
     fn add_hook(&mut self, entry: Arc<HookEntry>) -> Result<(), Error> {
-        match entry.session.clone() {
-            None => {
-                if self.global.iter().any(|h| h.name == entry.name) {
-                    return Err(Error::DuplicateName(entry.name.clone()));
-                }
-                let mut candidate = self.global.clone();
-                candidate.push(entry);
-                let snapshot = Snapshot::build(candidate.clone(), self.observers.clone())?;
-                // Session hooks may depend on global ones; check the merged sets first, so a
-                // failed registration changes nothing.
-                let merged = self.merged_for_all(&candidate)?;
-                self.global = candidate;
-                self.published.store(Arc::new(snapshot));
-                self.store_merged(merged);
-                Ok(())
-            }
-            Some(id) => {
-                let state = self
-                    .session_states
-                    .get(&id)
-                    .map(|s| s.clone())
-                    .ok_or_else(|| Error::NoSuchSession(id.clone()))?;
-                let own = self.sessions.get(&id).cloned().unwrap_or_default();
-                if own.iter().any(|h| h.name == entry.name) {
-                    return Err(Error::DuplicateName(entry.name.clone()));
-                }
-                let mut own_candidate = own;
-                own_candidate.push(entry);
-                let snapshot = self.merged(&self.global, &own_candidate)?;
-                self.sessions.insert(id, own_candidate);
-                state.hooks.store(Some(Arc::new(snapshot)));
-                Ok(())
+        let scope = entry.session.clone();
+        let mut candidate = self.scope_hooks(scope.as_deref());
+        if candidate.iter().any(|h| h.name == entry.name) {
+            return Err(Error::DuplicateName(entry.name.clone()));
+        }
+        if let Some(id) = &scope {
+            if !self.session_states.contains_key(id) {
+                return Err(Error::NoSuchSession(id.clone()));
             }
         }
+        candidate.push(entry);
+        self.commit(scope, candidate)
     }
 
     fn remove_hook(&mut self, scope: Option<String>, name: &str) -> Result<(), Error> {
+        let mut candidate = self.scope_hooks(scope.as_deref());
+        let Some(pos) = candidate.iter().position(|h| h.name == name) else {
+            return Err(Error::NoSuchHook(name.to_owned()));
+        };
+        candidate.remove(pos);
+        self.commit(scope, candidate)
+    }
+
+    fn scope_hooks(&self, scope: Option<&str>) -> Vec<Arc<HookEntry>> {
+        match scope {
+            None => self.global.clone(),
+            Some(id) => self.sessions.get(id).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Validates the new hook list of a scope (ordering, dependencies, and for the global scope
+    /// every session's merged view) and publishes it; on error nothing changes.
+    fn commit(
+        &mut self,
+        scope: Option<String>,
+        candidate: Vec<Arc<HookEntry>>,
+    ) -> Result<(), Error> {
         match scope {
             None => {
-                let Some(pos) = self.global.iter().position(|h| h.name == name) else {
-                    return Err(Error::NoSuchHook(name.to_owned()));
-                };
-                let mut candidate = self.global.clone();
-                candidate.remove(pos);
                 let snapshot = Snapshot::build(candidate.clone(), self.observers.clone())?;
                 let merged = self.merged_for_all(&candidate)?;
                 self.global = candidate;
                 self.published.store(Arc::new(snapshot));
                 self.store_merged(merged);
-                Ok(())
             }
             Some(id) => {
-                let own = self.sessions.get(&id).cloned().unwrap_or_default();
-                let Some(pos) = own.iter().position(|h| h.name == name) else {
-                    return Err(Error::NoSuchHook(name.to_owned()));
-                };
-                let mut own_candidate = own;
-                own_candidate.remove(pos);
-                let snapshot = self.merged(&self.global, &own_candidate)?;
+                let snapshot = self.merged(&self.global, &candidate)?;
                 if let Some(state) = self.session_states.get(&id) {
-                    state.hooks.store(if own_candidate.is_empty() {
-                        None
-                    } else {
-                        Some(Arc::new(snapshot))
-                    });
+                    state
+                        .hooks
+                        .store((!candidate.is_empty()).then(|| Arc::new(snapshot)));
                 }
-                self.sessions.insert(id, own_candidate);
-                Ok(())
+                self.sessions.insert(id, candidate);
             }
         }
+        Ok(())
     }
 
     fn merged(&self, global: &[Arc<HookEntry>], own: &[Arc<HookEntry>]) -> Result<Snapshot, Error> {
