@@ -324,33 +324,14 @@ impl Dispatcher {
                 }
             })
             .collect();
-        let outcome = fold(kind, env.seq, answers);
+        let (outcome, stats) = fold(kind, env.seq, answers);
         let m = &self.bus.metrics;
-        if outcome
-            .warnings
-            .iter()
-            .any(|w| w.value.contains("(fail-closed)"))
-            || outcome
-                .reasons
-                .iter()
-                .any(|r| r.value.ends_with("(fail-closed)"))
-        {
-            let n = outcome
-                .reasons
-                .iter()
-                .filter(|r| r.value.ends_with("(fail-closed)"))
-                .count();
-            m.fail_closed_blocks.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        let ignored = outcome
-            .warnings
-            .iter()
-            .filter(|w| w.value.ends_with("; ignored"))
-            .count();
-        if ignored > 0 {
+        m.fail_closed_blocks
+            .fetch_add(stats.fail_closed, Ordering::Relaxed);
+        if stats.ignored > 0 {
             m.ignored_actions
-                .fetch_add(ignored as u64, Ordering::Relaxed);
-            tracing::warn!(event = %kind, session = %env.session_id, ignored, "hook actions that do not fit the event were ignored");
+                .fetch_add(stats.ignored, Ordering::Relaxed);
+            tracing::warn!(event = %kind, session = %env.session_id, ignored = stats.ignored, "hook actions that do not fit the event were ignored");
         }
         outcome
     }

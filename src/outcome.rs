@@ -258,8 +258,18 @@ pub(crate) fn blocks_chain(
     }
 }
 
+/// What the fold counted, for the runtime's metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FoldStats {
+    /// Failures of fail-closed hooks that became a Block / Deny.
+    pub fail_closed: u64,
+    /// Actions ignored because they do not fit the event.
+    pub ignored: u64,
+}
+
 /// Folds the answers (given in fold order) into one [`Outcome`].
-pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> Outcome {
+pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> (Outcome, FoldStats) {
+    let mut stats = FoldStats::default();
     let mut out = Outcome {
         seq,
         kind: Some(kind),
@@ -276,6 +286,7 @@ pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> Out
         if a.status.is_failure() {
             let what = format!("hook `{}` {}", a.hook, a.status.describe(a.timeout));
             if a.policy == FailurePolicy::Closed && kind.fails_closed() {
+                stats.fail_closed += 1;
                 let d = if kind == EventKind::PermissionRequest {
                     Decision::Deny
                 } else {
@@ -327,6 +338,7 @@ pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> Out
             }
         }
         if !reply.action.fits(kind) {
+            stats.ignored += 1;
             out.warnings.push(attributed(format!(
                 "action {:?} does not fit {kind}; ignored",
                 action_name(&reply.action)
@@ -375,7 +387,7 @@ pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> Out
     if !out.feedback.is_empty() {
         out.reasons = out.feedback.clone();
     }
-    out
+    (out, stats)
 }
 
 fn action_name(action: &Action) -> &'static str {
