@@ -310,6 +310,21 @@ impl Bus {
         })
     }
 
+    /// Spawns an actor that shutdown waits for, and stops at the shutdown deadline.
+    pub(crate) fn spawn_actor(
+        &self,
+        actor: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let kill = self.inner.kill.clone();
+        self.inner.tracker.spawn(async move {
+            tokio::select! {
+                biased;
+                _ = kill.cancelled() => {}
+                _ = actor => {}
+            }
+        });
+    }
+
     /// A dispatcher for a new session, to be driven by the caller's own task (the agent loop).
     pub(crate) fn open_dispatcher(&self, config: SessionConfig) -> Result<Dispatcher, Error> {
         self.check_running()?;

@@ -35,6 +35,15 @@ struct Run {
     elapsed: Duration,
 }
 
+impl Drop for Dispatcher {
+    /// A session killed without `SessionEnd` (shutdown deadline) still ends its event streams.
+    fn drop(&mut self) {
+        if let Some(log) = self.shared.log.get() {
+            log.close();
+        }
+    }
+}
+
 /// Dispatches one session's events. Not `Clone`: one task drives it.
 pub(crate) struct Dispatcher {
     pub shared: Arc<SessionShared>,
@@ -66,7 +75,7 @@ impl Dispatcher {
 
     fn envelope(&mut self, event: Event, turn: u32, step: u32) -> Arc<Envelope> {
         self.seq += 1;
-        Arc::new(Envelope {
+        let env = Arc::new(Envelope {
             session_id: self.shared.id.clone(),
             parent_session_id: self.shared.parent.clone(),
             seq: self.seq,
@@ -75,7 +84,11 @@ impl Dispatcher {
             timestamp_ms: now_ms(),
             fields: self.shared.fields.read().clone(),
             event,
-        })
+        });
+        if let Some(log) = self.shared.log.get() {
+            log.push(&env);
+        }
+        env
     }
 
     /// Dispatches one event and returns the folded outcome.
@@ -146,6 +159,9 @@ impl Dispatcher {
         }
         let outcome = self.fold(&snapshot, &env, &matched, runs);
         self.bus.drop_session(&self.shared).await;
+        if let Some(log) = self.shared.log.get() {
+            log.close();
+        }
         outcome
     }
 

@@ -59,9 +59,47 @@ pub enum Error {
     /// No tool of that name is registered.
     #[error("no tool named `{0}`")]
     NoSuchTool(String),
+    /// A JSON document (script, settings, request body) that does not parse.
+    #[error("{origin}:{line}:{column}: {message}")]
+    InvalidJson {
+        /// Where it came from (a file path, or a description).
+        origin: String,
+        /// 1-based line of the fault.
+        line: usize,
+        /// 1-based column of the fault.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {message}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The system's message.
+        message: String,
+    },
     /// The runtime is shutting down or has shut down.
     #[error("the runtime is shutting down")]
     ShuttingDown,
+}
+
+impl Error {
+    /// A JSON parse error of the document from `origin`, located by line and column.
+    pub fn json(origin: &str, e: &serde_json::Error) -> Self {
+        let text = e.to_string();
+        // serde_json ends its message with the location, which is reported separately.
+        let message = match text.rfind(" at line ") {
+            Some(i) => text[..i].to_owned(),
+            None => text,
+        };
+        Self::InvalidJson {
+            origin: origin.to_owned(),
+            line: e.line(),
+            column: e.column(),
+            message,
+        }
+    }
 }
 
 /// The error a hook returns. Whatever the hook's failure policy says happens next (FL-1).

@@ -68,12 +68,14 @@
 
 mod action;
 mod actor;
+mod agent;
 mod approver;
 pub mod builtins;
 mod bus;
 mod dispatch;
 mod error;
 mod event;
+mod event_log;
 mod filter;
 mod hook;
 mod mailbox;
@@ -82,15 +84,22 @@ mod observer;
 mod outcome;
 mod permission;
 mod pipeline;
+mod provider;
 mod registry;
 pub mod rule;
 mod scratchpad;
+mod scripted;
 mod session;
 mod tool;
+pub mod tools;
 
 pub use action::{
     Action, Extras, GateAction, HookOutput, HookResult, PermissionAction, PermissionDecision,
     PostToolUseAction, PreToolUseAction, Reply, ToolDecision,
+};
+pub use agent::{
+    Agent, AgentBuilder, AgentSession, Limits, SessionOptions, TaskTool, TerminalReason,
+    TurnMetrics, TurnResult,
 };
 pub use approver::{
     Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, PolicyApprover,
@@ -103,6 +112,7 @@ pub use bus::{
 };
 pub use error::{Error, HookError};
 pub use event::*;
+pub use event_log::EventStream;
 pub use filter::{ArgPattern, NamePattern, ToolFilter};
 pub use hook::{CircuitBreaker, FailurePolicy, Hook, HookCx, HookOptions};
 pub use mailbox::{Delivery, Mailbox, ReplySlot};
@@ -114,8 +124,12 @@ pub use permission::{
     PermissionService, RuleSet, ToolKind, Verdict,
 };
 pub use pipeline::{system_reminder, CallResult, CallStatus, Pipeline, DEFAULT_APPROVAL_TIMEOUT};
+pub use provider::{
+    Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, ToolSpec, Usage,
+};
 pub use rule::Rule;
 pub use scratchpad::Scratchpad;
+pub use scripted::{Script, ScriptCall, ScriptError, ScriptTurn, ScriptedProvider};
 pub use session::{Session, SessionConfig};
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{Tool, ToolCall, ToolCx, ToolError};

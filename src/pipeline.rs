@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -62,6 +63,10 @@ pub enum CallStatus {
         /// Who denied it.
         source: DenialSource,
     },
+    /// The turn was cancelled before the call started (LOOP-6); no hook saw it.
+    Cancelled,
+    /// The model named a tool that does not exist; no hook saw it.
+    UnknownTool,
 }
 
 /// What one call produced: what the model receives, and how it came about.
@@ -85,6 +90,9 @@ pub struct CallResult {
     pub reminders: Vec<String>,
     /// What decided permission.
     pub explain: Option<String>,
+    /// A hook asked to end the turn after this call (HK-3 `stop`), with its reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
 }
 
 /// Formats reminders as one `<system-reminder>` block, or `None` when there are none.
@@ -184,7 +192,18 @@ impl Pipeline {
             kind: tool.kind(),
             turn,
             step,
+            stop: Mutex::new(None),
         };
+        if self.cancel.is_cancelled() {
+            return Ok(cx.result(
+                "Cancelled: the turn was cancelled before this call started".into(),
+                true,
+                CallStatus::Cancelled,
+                call.input.clone(),
+                Vec::new(),
+                None,
+            ));
+        }
         // 1. Host deny rules on the original input: denied before any hook.
         let early = cx.check(&call.input, HookOpinion::None, true).await;
         if early.decision == PermissionDecision::Deny {
@@ -348,14 +367,21 @@ struct CallCx<'a> {
     kind: ToolKind,
     turn: u32,
     step: u32,
+    /// The first `stop` a hook asked for during this call.
+    stop: Mutex<Option<String>>,
 }
 
 impl CallCx<'_> {
     async fn dispatch(&self, event: Event) -> Result<Outcome, Error> {
-        self.pipeline
+        let outcome = self
+            .pipeline
             .session
             .dispatch_at(event, self.turn, self.step)
-            .await
+            .await?;
+        if let Some(stop) = &outcome.stop {
+            self.stop.lock().get_or_insert_with(|| stop.value.clone());
+        }
+        Ok(outcome)
     }
 
     async fn check(&self, input: &Value, hook: HookOpinion, deny_rules_only: bool) -> Verdict {
@@ -511,6 +537,7 @@ impl CallCx<'_> {
             final_input,
             reminders,
             explain,
+            stop: self.stop.lock().clone(),
         }
     }
 }
@@ -524,7 +551,8 @@ fn always_rule(tool: &str, input: &Value) -> Option<Rule> {
     Rule::parse(&text).ok()
 }
 
-fn reminders_of(outcome: &Outcome) -> Vec<String> {
+/// An outcome's contexts and warnings as reminder lines.
+pub(crate) fn reminders_of(outcome: &Outcome) -> Vec<String> {
     outcome
         .contexts
         .iter()

@@ -1,7 +1,7 @@
 //! Sessions: the [`Session`] handle and the session actor that owns the session's
 //! [`Dispatcher`](crate::dispatch::Dispatcher).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
 use parking_lot::{Mutex, RwLock};
@@ -12,6 +12,7 @@ use crate::bus::Bus;
 use crate::dispatch::Dispatcher;
 use crate::error::Error;
 use crate::event::{Event, SessionFields};
+use crate::event_log::{EventLog, EventStream};
 use crate::hook::Hook;
 use crate::mailbox::Mailbox;
 use crate::outcome::Outcome;
@@ -28,6 +29,9 @@ pub struct SessionConfig {
     pub parent: Option<String>,
     /// `cwd`, `transcript_path`, `permission_mode`, `agent_id`, `agent_type`.
     pub fields: SessionFields,
+    /// How many envelopes [`Session::events`] replays to a reader that subscribes late
+    /// (default 0: readers see events from the moment they subscribe).
+    pub history: usize,
 }
 
 impl SessionConfig {
@@ -55,6 +59,11 @@ impl SessionConfig {
         self.parent = Some(parent.into());
         self
     }
+    /// Keep the last `n` envelopes for readers of [`Session::events`] that subscribe late.
+    pub fn history(mut self, n: usize) -> Self {
+        self.history = n;
+        self
+    }
 }
 
 /// State a session shares between its actor, its handles and the registry.
@@ -69,6 +78,8 @@ pub(crate) struct SessionShared {
     turn: Mutex<CancellationToken>,
     /// The session actor's mailbox, weakly, for shutdown (ACT-5: no self-reference keeps it alive).
     pub mailbox: Mutex<Option<mpsc::WeakSender<SessionMsg>>>,
+    /// The live event stream; created at open when history is kept, else on first subscription.
+    pub log: OnceLock<EventLog>,
 }
 
 impl SessionShared {
@@ -81,7 +92,16 @@ impl SessionShared {
             hooks: ArcSwapOption::empty(),
             turn: Mutex::new(CancellationToken::new()),
             mailbox: Mutex::new(None),
+            log: match config.history {
+                0 => OnceLock::new(),
+                n => OnceLock::from(EventLog::with_history(n)),
+            },
         }
+    }
+
+    /// A stream of this session's envelopes (see [`EventLog`]).
+    pub fn events(&self) -> EventStream {
+        self.log.get_or_init(EventLog::default).subscribe()
     }
 
     pub fn turn_token(&self) -> CancellationToken {
@@ -211,6 +231,13 @@ impl Session {
             .await
             .map_err(|_| self.closed())?;
         rx.await.map_err(|_| self.closed())
+    }
+
+    /// A live stream of this session's envelopes, in sequence order, ending after `SessionEnd`.
+    /// It starts with the kept history ([`SessionConfig::history`]), then follows live; a reader
+    /// that does not keep up only grows its own queue, it never slows the session.
+    pub fn events(&self) -> EventStream {
+        self.shared.events()
     }
 
     /// Cancels the current turn: hook calls in flight see their cancellation token fire.

@@ -1,0 +1,443 @@
+//! The session loop actor (LOOP-1 … LOOP-7): model call → tool calls → results → next model
+//! call, firing each lifecycle event at its moment.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::compact;
+use super::turn::{TerminalReason, TurnMetrics, TurnResult};
+use super::{AgentInner, LoopMsg, LoopShared};
+use crate::error::Error;
+use crate::event::*;
+use crate::outcome::Outcome;
+use crate::pipeline::{reminders_of, system_reminder, CallResult, CallStatus, Pipeline};
+use crate::provider::{Message, ModelRequest, ProviderError, Role, ToolSpec};
+use crate::tool::{Tool, ToolCall};
+
+/// How a turn's body ended, before the result is assembled.
+struct End {
+    reason: TerminalReason,
+    detail: Option<String>,
+}
+
+impl End {
+    fn new(reason: TerminalReason, detail: impl Into<Option<String>>) -> Self {
+        Self {
+            reason,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// One turn in progress.
+struct TurnState {
+    cancel: CancellationToken,
+    messages: Vec<Message>,
+    calls: Vec<CallResult>,
+    metrics: TurnMetrics,
+    text: String,
+}
+
+/// The actor that owns one session's conversation.
+pub(crate) struct SessionLoop {
+    agent: Arc<AgentInner>,
+    shared: Arc<LoopShared>,
+    pipeline: Pipeline,
+    specs: Vec<ToolSpec>,
+    messages: Vec<Message>,
+    reminders: Vec<String>,
+    turn: u32,
+    step: u32,
+}
+
+impl SessionLoop {
+    pub fn new(agent: Arc<AgentInner>, shared: Arc<LoopShared>, system: Option<String>) -> Self {
+        let mut tools: Vec<Arc<dyn Tool>> = agent.tools.clone();
+        if shared.lineage.depth < agent.limits.subagent_depth
+            && !tools.iter().any(|t| t.name() == "task")
+        {
+            tools.push(agent.task.clone());
+        }
+        let specs = tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name().to_owned(),
+                input_schema: t.schema(),
+            })
+            .collect();
+        let pipeline = Pipeline::new(
+            shared.session.clone(),
+            agent.permissions.clone(),
+            agent.approver.clone(),
+            tools,
+        )
+        .approval_timeout(agent.approval_timeout)
+        .cwd(&shared.workspace);
+        Self {
+            agent,
+            shared,
+            pipeline,
+            specs,
+            messages: system.map(Message::system).into_iter().collect(),
+            reminders: Vec::new(),
+            turn: 0,
+            step: 0,
+        }
+    }
+
+    /// Serves the session: `SessionStart`, then turns in order, then `SessionEnd`.
+    pub async fn run(mut self, mut rx: mpsc::Receiver<LoopMsg>) {
+        self.session_start(SessionSource::Startup).await;
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                LoopMsg::Turn {
+                    prompt,
+                    cancel,
+                    reply,
+                } => {
+                    let result = self.run_turn(prompt, cancel).await;
+                    let _ = reply.send(result);
+                }
+                LoopMsg::Compact {
+                    instructions,
+                    reply,
+                } => {
+                    let mut metrics = TurnMetrics::default();
+                    let done = self
+                        .compact(CompactTrigger::Manual, instructions, &mut metrics)
+                        .await
+                        .unwrap_or(false);
+                    let _ = reply.send(done);
+                }
+                LoopMsg::Messages { reply } => {
+                    let _ = reply.send(self.messages.clone());
+                }
+                LoopMsg::Close { reason, reply } => {
+                    self.close(&reason).await;
+                    let _ = reply.send(());
+                    return;
+                }
+            }
+        }
+        self.close("other").await;
+    }
+
+    async fn close(&mut self, reason: &str) {
+        let _ = self.shared.session.close(reason).await;
+        self.agent.sessions.remove(&self.shared.id);
+        self.agent.permissions.forget_session(&self.shared.id).await;
+    }
+
+    async fn dispatch(&self, event: Event) -> Result<Outcome, Error> {
+        self.shared
+            .session
+            .dispatch_at(event, self.turn, self.step)
+            .await
+    }
+
+    /// `SessionStart`; its contexts reach the model before the next model call.
+    async fn session_start(&mut self, source: SessionSource) {
+        let model = Some(self.shared.provider.model().to_owned());
+        if let Ok(outcome) = self
+            .dispatch(Event::SessionStart(SessionStart { source, model }))
+            .await
+        {
+            self.reminders.extend(reminders_of(&outcome));
+        }
+    }
+
+    async fn run_turn(&mut self, prompt: String, cancel: CancellationToken) -> TurnResult {
+        self.turn += 1;
+        self.step = 0;
+        self.shared.turn.store(self.turn, Ordering::Relaxed);
+        self.shared.step.store(0, Ordering::Relaxed);
+        let started = Instant::now();
+        let mut t = TurnState {
+            cancel,
+            messages: Vec::new(),
+            calls: Vec::new(),
+            metrics: TurnMetrics::default(),
+            text: String::new(),
+        };
+        let end = match self.turn_body(prompt, &mut t).await {
+            Ok(end) => end,
+            Err(e) => End::new(TerminalReason::Error, e.to_string()),
+        };
+        t.metrics.duration_ms = started.elapsed().as_millis() as u64;
+        TurnResult {
+            session_id: self.shared.id.clone(),
+            turn: self.turn,
+            reason: end.reason,
+            text: t.text,
+            detail: end.detail,
+            messages: t.messages,
+            calls: t.calls,
+            metrics: t.metrics,
+        }
+    }
+
+    fn push(&mut self, t: &mut TurnState, message: Message) {
+        t.messages.push(message.clone());
+        self.messages.push(message);
+    }
+
+    async fn interrupted(&self) -> Result<End, Error> {
+        self.dispatch(Event::Interrupt(Interrupt {
+            reason: "cancelled".into(),
+        }))
+        .await?;
+        Ok(End::new(
+            TerminalReason::Cancelled,
+            "the turn was cancelled".to_owned(),
+        ))
+    }
+
+    async fn turn_body(&mut self, prompt: String, t: &mut TurnState) -> Result<End, Error> {
+        if t.cancel.is_cancelled() {
+            return self.interrupted().await;
+        }
+        let submitted = self
+            .dispatch(Event::UserPromptSubmit(UserPromptSubmit {
+                prompt: prompt.clone(),
+            }))
+            .await?;
+        if submitted.is_blocked() {
+            return Ok(End::new(TerminalReason::Blocked, submitted.reason_text()));
+        }
+        self.push(t, Message::user(prompt));
+        self.reminders.extend(reminders_of(&submitted));
+        if let Some(stop) = submitted.stop {
+            return Ok(End::new(TerminalReason::Blocked, stop.value));
+        }
+        let limits = self.agent.limits.clone();
+        let mut stop_blocks = 0;
+        loop {
+            if t.cancel.is_cancelled() {
+                return self.interrupted().await;
+            }
+            if self.step >= limits.max_steps {
+                return Ok(End::new(
+                    TerminalReason::MaxSteps,
+                    format!("the turn reached max_steps ({})", limits.max_steps),
+                ));
+            }
+            if compact::estimate(&self.messages) > limits.token_limit {
+                self.compact(CompactTrigger::Auto, None, &mut t.metrics)
+                    .await?;
+            }
+            self.step += 1;
+            self.shared.step.store(self.step, Ordering::Relaxed);
+            if let Some(reminder) = system_reminder(&std::mem::take(&mut self.reminders)) {
+                self.push(t, Message::user(reminder));
+            }
+            let request = ModelRequest {
+                session_id: &self.shared.id,
+                agent_type: self.shared.lineage.agent_type.as_deref(),
+                messages: &self.messages,
+                tools: &self.specs,
+            };
+            let answer = tokio::select! {
+                biased;
+                _ = t.cancel.cancelled() => Err(ProviderError::Cancelled),
+                answer = self.shared.provider.complete(request, &t.cancel) => answer,
+            };
+            let response = match answer {
+                Ok(response) => response,
+                Err(_) if t.cancel.is_cancelled() => return self.interrupted().await,
+                Err(e) => {
+                    self.dispatch(Event::StopFailure(StopFailure {
+                        error: e.kind().to_owned(),
+                        error_details: Some(e.to_string()),
+                    }))
+                    .await?;
+                    return Ok(End::new(TerminalReason::Error, e.to_string()));
+                }
+            };
+            t.metrics.steps += 1;
+            t.metrics.input_tokens += response.usage.input_tokens;
+            t.metrics.output_tokens += response.usage.output_tokens;
+            t.text.clone_from(&response.text);
+            let calls = response.tool_calls;
+            self.push(t, Message::assistant(response.text.clone(), calls.clone()));
+
+            if calls.is_empty() {
+                self.step_complete().await?;
+                if t.cancel.is_cancelled() {
+                    return self.interrupted().await;
+                }
+                let stop = self
+                    .dispatch(Event::Stop(Stop {
+                        stop_hook_active: stop_blocks > 0,
+                        last_assistant_message: Some(response.text),
+                    }))
+                    .await?;
+                self.reminders.extend(reminders_of(&stop));
+                if let Some(s) = stop.stop {
+                    return Ok(End::new(TerminalReason::Blocked, s.value));
+                }
+                if stop.is_blocked() {
+                    if stop_blocks < limits.stop_continuations {
+                        stop_blocks += 1;
+                        t.metrics.stop_continuations += 1;
+                        self.push(t, Message::user(stop.reason_text()));
+                        continue;
+                    }
+                    tracing::warn!(
+                        session = %self.shared.id,
+                        cap = limits.stop_continuations,
+                        "Stop hooks kept blocking; the turn ends at the continuation cap"
+                    );
+                }
+                return Ok(End::new(TerminalReason::Completed, None));
+            }
+
+            t.metrics.tool_calls += calls.len() as u32;
+            let pipeline = self.pipeline.clone().cancellation(t.cancel.clone());
+            let results = self.run_calls(&pipeline, &calls).await?;
+            let mut hook_stop = None;
+            for r in results {
+                count(&mut t.metrics, &r);
+                self.push(
+                    t,
+                    Message::tool_result(r.tool_use_id.clone(), r.content.clone(), r.is_error),
+                );
+                self.reminders.extend(r.reminders.iter().cloned());
+                if hook_stop.is_none() {
+                    hook_stop.clone_from(&r.stop);
+                }
+                t.calls.push(r);
+            }
+            self.step_complete().await?;
+            if let Some(reason) = hook_stop {
+                return Ok(End::new(TerminalReason::Blocked, reason));
+            }
+        }
+    }
+
+    async fn step_complete(&self) -> Result<(), Error> {
+        self.dispatch(Event::StepComplete(StepComplete {
+            step: self.step,
+            max_steps: self.agent.limits.max_steps,
+            message_count: self.messages.len(),
+            estimated_tokens: compact::estimate(&self.messages),
+            token_limit: self.agent.limits.token_limit,
+        }))
+        .await
+        .map(drop)
+    }
+
+    /// LOOP-2: runs of concurrency-safe calls run together, any other call alone, in order;
+    /// results come back in call order.
+    async fn run_calls(
+        &self,
+        pipeline: &Pipeline,
+        calls: &[ToolCall],
+    ) -> Result<Vec<CallResult>, Error> {
+        let safe = |c: &ToolCall| pipeline.tool(&c.name).is_some_and(|t| t.concurrency_safe());
+        let mut results = Vec::with_capacity(calls.len());
+        let mut i = 0;
+        while i < calls.len() {
+            let end = if safe(&calls[i]) {
+                calls[i..]
+                    .iter()
+                    .position(|c| !safe(c))
+                    .map_or(calls.len(), |n| i + n)
+            } else {
+                i + 1
+            };
+            let batch = join_all(calls[i..end].iter().map(|c| self.call(pipeline, c))).await;
+            for r in batch {
+                results.push(r?);
+            }
+            i = end;
+        }
+        Ok(results)
+    }
+
+    async fn call(&self, pipeline: &Pipeline, call: &ToolCall) -> Result<CallResult, Error> {
+        match pipeline
+            .execute_at(call.clone(), self.turn, self.step)
+            .await
+        {
+            Err(Error::NoSuchTool(name)) => Ok(CallResult {
+                tool_use_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                content: format!("no such tool: `{name}`"),
+                is_error: true,
+                executed: false,
+                status: CallStatus::UnknownTool,
+                final_input: call.input.clone(),
+                reminders: Vec::new(),
+                explain: None,
+                stop: None,
+            }),
+            other => other,
+        }
+    }
+
+    /// LOOP-4: PreCompact (a block prevents it), compaction, PostCompact, SessionStart
+    /// (source `compact`). True when the history was compacted.
+    async fn compact(
+        &mut self,
+        trigger: CompactTrigger,
+        instructions: Option<String>,
+        metrics: &mut TurnMetrics,
+    ) -> Result<bool, Error> {
+        // A system prompt stays first; the rest is summarized up to the cut.
+        let head = usize::from(
+            self.messages
+                .first()
+                .is_some_and(|m| m.role == Role::System),
+        );
+        let Some(cut) = compact::cut_point(&self.messages[head..], self.agent.limits.keep_recent)
+            .map(|c| c + head)
+        else {
+            return Ok(false);
+        };
+        let pre = self
+            .dispatch(Event::PreCompact(PreCompact {
+                trigger,
+                custom_instructions: instructions.clone(),
+                message_count: self.messages.len(),
+                estimated_tokens: compact::estimate(&self.messages),
+            }))
+            .await?;
+        self.reminders.extend(reminders_of(&pre));
+        if pre.is_blocked() {
+            metrics.compactions_blocked += 1;
+            tracing::info!(session = %self.shared.id, reason = %pre.reason_text(), "compaction blocked by a PreCompact hook");
+            return Ok(false);
+        }
+        let summary = compact::summarize(&self.messages[head..cut], instructions.as_deref());
+        self.messages
+            .splice(head..cut, [Message::user(summary.clone())]);
+        metrics.compactions += 1;
+        self.dispatch(Event::PostCompact(PostCompact {
+            trigger,
+            compact_summary: summary,
+            message_count: self.messages.len(),
+        }))
+        .await?;
+        self.session_start(SessionSource::Compact).await;
+        Ok(true)
+    }
+}
+
+fn count(metrics: &mut TurnMetrics, r: &CallResult) {
+    if r.executed {
+        metrics.executed += 1;
+    }
+    if r.is_error {
+        metrics.tool_errors += 1;
+    }
+    match r.status {
+        CallStatus::Blocked | CallStatus::Deferred => metrics.blocked_calls += 1,
+        CallStatus::Denied { .. } => metrics.denied_calls += 1,
+        _ => {}
+    }
+}
