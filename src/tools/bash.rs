@@ -37,7 +37,8 @@ const ALLOWED_OUTSIDE: &[&str] = &[
 ///   when it exits.
 /// * Paths it names are checked against the workspace: an argument that is an absolute path
 ///   (other than a command's own executable and the `/dev` standard devices), starts with `~`,
-///   or climbs out with `..` is refused before anything runs. This guards against an agent's
+///   climbs out with `..`, or goes through a symlink that points outside is refused before
+///   anything runs. This guards against an agent's
 ///   mistakes; it is not a sandbox.
 /// * A non-zero exit status is a tool error carrying the status, stdout and stderr.
 #[derive(Debug, Clone)]
@@ -198,7 +199,11 @@ fn check_paths(command: &str, ws: &Workspace) -> Result<(), ToolError> {
             let climbs = Path::new(path)
                 .components()
                 .any(|c| c == std::path::Component::ParentDir);
-            if (absolute || climbs) && ws.resolve(path).is_err() {
+            // A relative path is checked when it could lead somewhere: it climbs, has a
+            // directory part (`link/file`), or names something that exists (`link`).
+            let names_entry = !in_command_position
+                && (path.contains('/') || ws.root().join(path).symlink_metadata().is_ok());
+            if (absolute || climbs || names_entry) && ws.resolve(path).is_err() {
                 return Err(refused(path, ws));
             }
         }

@@ -98,7 +98,8 @@ impl Tool for WriteFile {
     }
 }
 
-/// `list_dir {path?}`: the entries of a workspace directory, sorted, directories with a `/`.
+/// `list_dir {path?}`: the entries of a workspace directory, sorted; directories end in `/`,
+/// symlinks in `@`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ListDir;
 
@@ -129,8 +130,10 @@ impl Tool for ListDir {
             .map_err(|e| io_error("list", path, e))?
         {
             let mut name = entry.file_name().to_string_lossy().into_owned();
-            if entry.file_type().await.is_ok_and(|t| t.is_dir()) {
-                name.push('/');
+            match entry.file_type().await {
+                Ok(t) if t.is_dir() => name.push('/'),
+                Ok(t) if t.is_symlink() => name.push('@'),
+                _ => {}
             }
             names.push(name);
         }
