@@ -122,10 +122,10 @@ impl Approver for TerminalApprover {
                     Approval::AllowAlways => "always",
                     Approval::Deny { .. } => "n",
                 };
-                println!("{prompt} {word}");
+                let _ = writeln!(std::io::stdout().lock(), "{prompt} {word}");
                 return fallback;
             }
-            print!("{prompt} ");
+            let _ = write!(std::io::stdout().lock(), "{prompt} ");
             let _ = std::io::stdout().flush();
             let mut line = String::new();
             match stdin.lock().read_line(&mut line) {

@@ -1,8 +1,8 @@
-//! `hookbus demo`: a scripted session in a temporary workspace with real tools, the built-in
-//! hooks, a maintenance-window gate, an audit observer and a Post hook that fails, printing the
-//! trace.
+//! `hookbus demo`: a scripted agent session in a temporary workspace with the real tools, the
+//! built-in hooks, a maintenance-window gate, an audit observer and a Post hook that fails,
+//! printing the trace and a closing summary.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +10,18 @@ use std::time::Duration;
 use hookbus::builtins::{LogSink, LoggingHook, TimingHook};
 use hookbus::*;
 use parking_lot::Mutex;
-use serde_json::{json, Value};
+use serde_json::json;
+
+/// Prints a line; a closed stdout (`| head`) is not an error worth failing the run for.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Exit status when the maintenance gate blocked the run.
+const BLOCKED: u8 = 3;
 
 /// Options of `hookbus demo`.
 #[derive(clap::Args)]
@@ -21,9 +32,35 @@ pub struct DemoArgs {
     /// Answer to permission prompts when stdin is not a terminal.
     #[arg(long, value_parser = ["yes", "no"], default_value = "yes")]
     approve: String,
+    /// Run this script file (see the `ScriptedProvider` docs) instead of the built-in one.
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
 }
 
-/// Blocks every prompt while the maintenance window is closed (seed 004's gate).
+/// The built-in run: read main.py, run it, write a summary, stop.
+fn default_script() -> Script {
+    let turns = vec![
+        ScriptTurn::text("Let me read main.py first.")
+            .call("read_file", json!({ "path": "main.py" })),
+        ScriptTurn::text("It prints a product; I'll run it.")
+            .call("bash", json!({ "command": "python3 main.py" })),
+        ScriptTurn::text("It prints 42. Writing the summary.").call(
+            "write_file",
+            json!({ "path": "SUMMARY.md", "content": "main.py prints 42\n" }),
+        ),
+        ScriptTurn::text("Done: main.py prints 42, and SUMMARY.md says so."),
+    ];
+    Script {
+        model: Some("scripted-demo".into()),
+        prompts: vec!["Run main.py and write a summary of what it prints".into()],
+        files: [("main.py".to_owned(), "print(6 * 7)\n".to_owned())].into(),
+        turns,
+        agents: Default::default(),
+    }
+}
+
+/// Blocks every prompt while the maintenance window is closed (seed 004's gate). It fails
+/// closed: if it cannot decide, nothing runs.
 struct MaintenanceGate {
     closed: bool,
 }
@@ -35,7 +72,7 @@ impl Hook for MaintenanceGate {
     }
     fn options(&self) -> HookOptions {
         HookOptions::new()
-            .events([EventKind::UserPromptSubmit, EventKind::PreToolUse])
+            .events([EventKind::UserPromptSubmit])
             .fail_closed()
     }
     async fn user_prompt_submit(&self, _: &HookCx, _: &UserPromptSubmit) -> HookResult<GateAction> {
@@ -58,10 +95,56 @@ impl Hook for FlakyLinter {
     fn options(&self) -> HookOptions {
         HookOptions::new()
             .events([EventKind::PostToolUse])
-            .filter(ToolFilter::names("write_file").expect("valid pattern"))
+            .filter(ToolFilter::names("write_file").expect("a valid pattern"))
     }
     async fn post_tool_use(&self, _: &HookCx, _: &PostToolUse) -> HookResult<PostToolUseAction> {
         Err(HookError::new("linter service unreachable"))
+    }
+}
+
+/// Prints what each tool returned, as the model will see it.
+struct ShowResults;
+
+#[async_trait]
+impl Hook for ShowResults {
+    fn name(&self) -> &str {
+        "show-results"
+    }
+    fn options(&self) -> HookOptions {
+        HookOptions::new()
+            .events([EventKind::PostToolUse, EventKind::PostToolUseFailure])
+            .inline()
+    }
+    async fn post_tool_use(&self, _: &HookCx, ev: &PostToolUse) -> HookResult<PostToolUseAction> {
+        let shown = match ev
+            .tool_response
+            .get("stdout")
+            .and_then(serde_json::Value::as_str)
+        {
+            Some(stdout) => stdout.trim().to_owned(),
+            None => match &ev.tool_response {
+                serde_json::Value::String(s) => s.trim().to_owned(),
+                other => other.to_string(),
+            },
+        };
+        let mut line: String = shown.chars().take(200).collect();
+        if shown.chars().count() > 200 {
+            line.push('…');
+        }
+        say!("[Tool] {} → {}", ev.tool_name, line.replace('\n', " ⏎ "));
+        Ok(PostToolUseAction::default().into())
+    }
+    async fn post_tool_use_failure(
+        &self,
+        _: &HookCx,
+        ev: &PostToolUseFailure,
+    ) -> HookResult<PostToolUseAction> {
+        say!(
+            "[Tool] {} failed: {}",
+            ev.tool_name,
+            ev.error.lines().next().unwrap_or("")
+        );
+        Ok(PostToolUseAction::default().into())
     }
 }
 
@@ -86,72 +169,73 @@ impl Observer for AuditTrail {
                 format!("outcome {} failed: {}", e.tool_use_id, e.error)
             }
             Event::PermissionDenied(e) => format!("denied {} ({})", e.tool_use_id, e.source),
+            Event::UserPromptSubmit(e) => format!("prompt {:?}", e.prompt),
             _ => return,
         };
         self.records.lock().push(line);
     }
 }
 
-struct Summary {
-    events: u64,
-    decisions: Vec<String>,
-    warnings: Vec<String>,
-}
-
-/// The demo's tools, confined to the workspace by joining relative paths only.
-struct DemoTool {
-    name: &'static str,
-    kind: ToolKind,
-}
+/// Prints the model's text as each answer arrives.
+struct Narrated(ScriptedProvider);
 
 #[async_trait]
-impl Tool for DemoTool {
-    fn name(&self) -> &str {
-        self.name
+impl Provider for Narrated {
+    fn model(&self) -> &str {
+        self.0.model()
     }
-    fn kind(&self) -> ToolKind {
-        self.kind
+    async fn complete(
+        &self,
+        request: ModelRequest<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<ModelResponse, ProviderError> {
+        let response = self.0.complete(request, cancel).await?;
+        if !response.text.is_empty() {
+            say!("[Model] {}", response.text);
+        }
+        Ok(response)
     }
-    async fn execute(&self, input: Value, cx: ToolCx) -> Result<Value, ToolError> {
-        run_tool(&cx.cwd, self.name, &input)
-            .await
-            .map(Value::String)
-            .map_err(ToolError)
+}
+
+/// A fresh directory for the run, kept afterwards so its files can be inspected.
+fn make_workspace(script: &Script) -> Result<PathBuf, Error> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir().join(format!("hookbus-demo-{}-{stamp}", std::process::id()));
+    let io = |path: &Path, e: std::io::Error| Error::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    let ws = tools::Workspace::new(&dir).map_err(|e| io(&dir, e))?;
+    for (name, content) in &script.files {
+        let path = ws.resolve(name).map_err(|e| Error::Io {
+            path: name.clone(),
+            message: e.to_string(),
+        })?;
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        std::fs::write(&path, content).map_err(|e| io(&path, e))?;
     }
+    Ok(ws.root().to_path_buf())
 }
 
 /// Runs the demo.
 pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let workspace = std::env::temp_dir().join(format!("hookbus-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&workspace)?;
-    std::fs::write(workspace.join("main.py"), "print(6 * 7)\n")?;
-    println!("workspace: {}", workspace.display());
+    let script = match &args.script {
+        Some(path) => Script::load(path)?,
+        None => default_script(),
+    };
+    let prompts = if script.prompts.is_empty() {
+        vec!["Go ahead.".to_owned()]
+    } else {
+        script.prompts.clone()
+    };
+    let workspace = make_workspace(&script)?;
+    say!("workspace: {}", workspace.display());
 
-    let bus = Bus::new();
-    bus.register(LoggingHook::with_sink(LogSink::Stdout))
-        .await?;
-    bus.register(TimingHook::with_sink(LogSink::Stdout)).await?;
-    bus.register(MaintenanceGate {
-        closed: args.maintenance,
-    })
-    .await?;
-    bus.register(FlakyLinter).await?;
-    let audit = AuditTrail::default();
-    bus.observe(audit.clone()).await?;
-
-    let session = bus
-        .open_session(
-            SessionConfig::new()
-                .id("demo")
-                .cwd(workspace.display().to_string())
-                .permission_mode("acceptEdits"),
-        )
-        .await?;
-    let permissions = PermissionService::spawn(PermissionConfig {
-        global: RuleSet::new().deny("bash(rm *)")?,
-        default_mode: PermissionMode::AcceptEdits,
-        ..Default::default()
-    });
     let fallback = if args.approve == "yes" {
         Approval::AllowOnce
     } else {
@@ -159,139 +243,114 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
             reason: Some("the user said no".into()),
         }
     };
-    let tools: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(DemoTool {
-            name: "read_file",
-            kind: ToolKind::ReadOnly,
-        }),
-        Arc::new(DemoTool {
-            name: "bash",
-            kind: ToolKind::Other,
-        }),
-        Arc::new(DemoTool {
-            name: "write_file",
-            kind: ToolKind::Edit,
-        }),
-    ];
-    let pipeline = Pipeline::new(
-        session.clone(),
-        permissions,
-        Arc::new(TerminalApprover::new(fallback)),
-        tools,
-    )
-    .cwd(&workspace);
-    let mut summary = Summary {
-        events: 0,
-        decisions: Vec::new(),
-        warnings: Vec::new(),
-    };
-    session
-        .dispatch(Event::SessionStart(SessionStart {
-            source: SessionSource::Startup,
-            model: Some("scripted".into()),
-        }))
+    let audit = AuditTrail::default();
+    let agent = Agent::builder()
+        .provider(Narrated(ScriptedProvider::from_script(script)))
+        .hook(LoggingHook::with_sink(LogSink::Stdout))
+        .hook(TimingHook::with_sink(LogSink::Stdout))
+        .hook(MaintenanceGate {
+            closed: args.maintenance,
+        })
+        .hook(FlakyLinter)
+        .hook(ShowResults)
+        .observer(audit.clone())
+        .permissions(PermissionConfig {
+            global: RuleSet::new().deny("bash(rm -rf *)")?,
+            default_mode: PermissionMode::AcceptEdits,
+            ..Default::default()
+        })
+        .approver(TerminalApprover::new(fallback))
+        .build()
         .await?;
-    let prompt = session
-        .dispatch(Event::UserPromptSubmit(UserPromptSubmit {
-            prompt: "Run main.py and write a summary".into(),
-        }))
+    let session = agent
+        .open_session(
+            SessionOptions::new(&workspace)
+                .id("demo")
+                .permission_mode(PermissionMode::AcceptEdits),
+        )
         .await?;
+
     let mut code = ExitCode::SUCCESS;
-    if prompt.is_blocked() {
-        println!("[Gate] run blocked: {}", prompt.reason_text());
-        summary.decisions.push(format!(
-            "UserPromptSubmit: blocked ({})",
-            prompt.reason_text()
-        ));
-        code = ExitCode::from(3);
-    } else {
-        let mut output = String::new();
-        let calls = [
-            ToolCall::new("toolu_01", "read_file", json!({"path": "main.py"})),
-            ToolCall::new("toolu_02", "bash", json!({"command": "python3 main.py"})),
-        ];
-        for call in calls {
-            let result = pipeline.execute(call).await?;
-            record(&mut summary, &result);
-            if !result.is_error {
-                output = result.content;
-            }
-        }
-        let text = format!("main.py prints {}\n", output.trim());
-        let write = ToolCall::new(
-            "toolu_03",
-            "write_file",
-            json!({"path": "SUMMARY.md", "content": text}),
+    let mut results = Vec::new();
+    for prompt in prompts {
+        say!("[User] {prompt}");
+        let result = session.run_turn(prompt).await?;
+        say!(
+            "[Turn {}] {}{}",
+            result.turn,
+            result.reason,
+            result
+                .detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
         );
-        let result = pipeline.execute(write).await?;
-        record(&mut summary, &result);
-        println!("[Model] main.py prints {}", output.trim());
-        session
-            .dispatch(Event::Stop(Stop {
-                stop_hook_active: false,
-                last_assistant_message: Some(format!("main.py prints {}", output.trim())),
-            }))
-            .await?;
+        let stop = result.reason != TerminalReason::Completed;
+        if result.reason == TerminalReason::Blocked {
+            say!(
+                "[Gate] run blocked: {}",
+                result.detail.as_deref().unwrap_or("")
+            );
+            code = ExitCode::from(BLOCKED);
+        }
+        results.push(result);
+        if stop {
+            break;
+        }
     }
-    session.close("other").await?;
-    let report = bus.shutdown(Duration::from_secs(10)).await;
-    summary.events = report.events_dispatched;
-    println!();
-    println!("== summary ==");
-    println!("events dispatched: {}", summary.events);
-    println!("hooks: logging, timing, maintenance-window, lint-after-write; observer: audit");
-    for d in &summary.decisions {
-        println!("decision: {d}");
-    }
-    for w in &summary.warnings {
-        println!("warning: {w}");
-    }
-    for r in audit.records.lock().iter() {
-        println!("audit: {r}");
-    }
+    session.close().await?;
+    let report = agent.shutdown(Duration::from_secs(10)).await;
+    print_summary(&workspace, &results, &report, &audit);
     Ok(code)
 }
 
-fn record(summary: &mut Summary, result: &CallResult) {
-    summary.decisions.push(format!(
-        "{} {}: {:?} ({})",
-        result.tool_name,
-        result.tool_use_id,
-        result.status,
-        result.explain.as_deref().unwrap_or("-")
-    ));
-    summary.warnings.extend(
-        result
-            .reminders
-            .iter()
-            .filter(|r| r.contains("warning:"))
-            .cloned(),
+fn print_summary(
+    workspace: &Path,
+    results: &[TurnResult],
+    report: &ShutdownReport,
+    audit: &AuditTrail,
+) {
+    say!("");
+    say!("== summary ==");
+    say!("events dispatched: {}", report.events_dispatched);
+    say!(
+        "hooks: logging, timing, maintenance-window, lint-after-write, show-results; observer: audit"
     );
-}
-
-async fn run_tool(workspace: &Path, tool: &str, input: &Value) -> Result<String, String> {
-    let arg = |k: &str| input[k].as_str().unwrap_or_default().to_owned();
-    match tool {
-        "read_file" => {
-            std::fs::read_to_string(workspace.join(arg("path"))).map_err(|e| e.to_string())
+    for r in results {
+        let m = &r.metrics;
+        say!(
+            "turn {}: {} ({} steps, {} tool calls, {} ran, {} blocked, {} denied)",
+            r.turn,
+            r.reason,
+            m.steps,
+            m.tool_calls,
+            m.executed,
+            m.blocked_calls,
+            m.denied_calls
+        );
+        if let Some(detail) = &r.detail {
+            say!("decision: turn {}: {} ({detail})", r.turn, r.reason);
         }
-        "write_file" => std::fs::write(workspace.join(arg("path")), arg("content"))
-            .map(|_| "written".to_owned())
-            .map_err(|e| e.to_string()),
-        "bash" => {
-            let out = tokio::process::Command::new("sh")
-                .arg("-c")
-                .arg(arg("command"))
-                .current_dir(workspace)
-                .output()
-                .await
-                .map_err(|e| e.to_string())?;
-            if out.status.success() {
-                Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-            } else {
-                Err(String::from_utf8_lossy(&out.stderr).into_owned())
-            }
+        for call in &r.calls {
+            say!(
+                "decision: {} {}: {:?} ({})",
+                call.tool_name,
+                call.tool_use_id,
+                call.status,
+                call.explain.as_deref().unwrap_or("-")
+            );
         }
-        other => Err(format!("unknown tool {other}")),
+        for warning in r
+            .calls
+            .iter()
+            .flat_map(|c| &c.reminders)
+            .filter(|w| w.contains("warning:"))
+        {
+            say!("warning: {warning}");
+        }
     }
+    for record in audit.records.lock().iter() {
+        say!("audit: {record}");
+    }
+    say!("workspace kept at {}", workspace.display());
 }

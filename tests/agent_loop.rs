@@ -748,3 +748,50 @@ async fn session_workspace_must_exist() {
     assert!(matches!(err, Error::Io { .. }), "{err}");
     assert!(agent.sessions().is_empty());
 }
+
+#[tokio::test]
+async fn escapes_through_the_loop_are_refused_and_nothing_outside_is_touched() {
+    let root = tempfile::tempdir().unwrap();
+    let ws = root.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(root.path().join("secret.txt"), "top secret").unwrap();
+    std::os::unix::fs::symlink(root.path(), ws.join("up")).unwrap();
+    let agent = Agent::builder()
+        .provider(
+            ScriptedProvider::new()
+                .turn(
+                    ScriptTurn::text("sneaky")
+                        .call("read_file", json!({ "path": "../secret.txt" }))
+                        .call("read_file", json!({ "path": "/etc/passwd" }))
+                        .call("read_file", json!({ "path": "up/secret.txt" }))
+                        .call(
+                            "write_file",
+                            json!({ "path": "../planted.txt", "content": "x" }),
+                        )
+                        .call(
+                            "write_file",
+                            json!({ "path": "up/planted.txt", "content": "x" }),
+                        ),
+                )
+                .turn(ScriptTurn::text("ok")),
+        )
+        .approver(PolicyApprover::allow())
+        .build()
+        .await
+        .unwrap();
+    let session = agent.open_session(SessionOptions::new(&ws)).await.unwrap();
+    let result = session.run_turn("go").await.unwrap();
+    assert_eq!(result.calls.len(), 5);
+    for call in &result.calls {
+        assert!(call.is_error, "{call:?}");
+        assert!(
+            call.content.contains("outside the workspace"),
+            "{}",
+            call.content
+        );
+        assert!(!call.content.contains("top secret"));
+        assert!(!call.content.contains("root:"));
+    }
+    assert!(!root.path().join("planted.txt").exists());
+    session.close().await.unwrap();
+}

@@ -4,7 +4,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use std::panic::AssertUnwindSafe;
+
 use futures_util::future::join_all;
+use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -12,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::compact;
 use super::turn::{TerminalReason, TurnMetrics, TurnResult};
 use super::{AgentInner, LoopMsg, LoopShared};
+use crate::actor::panic_message;
 use crate::error::Error;
 use crate::event::*;
 use crate::outcome::Outcome;
@@ -244,7 +248,11 @@ impl SessionLoop {
             let answer = tokio::select! {
                 biased;
                 _ = t.cancel.cancelled() => Err(ProviderError::Cancelled),
-                answer = self.shared.provider.complete(request, &t.cancel) => answer,
+                answer = AssertUnwindSafe(self.shared.provider.complete(request, &t.cancel)).catch_unwind() => {
+                    answer.unwrap_or_else(|panic| Err(ProviderError::Other(format!(
+                        "the provider panicked: {}", panic_message(panic.as_ref())
+                    ))))
+                }
             };
             let response = match answer {
                 Ok(response) => response,

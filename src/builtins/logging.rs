@@ -1,3 +1,4 @@
+use std::io::Write;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -86,7 +87,10 @@ impl LoggingHook {
             LogSink::Tracing => {
                 tracing::info!(session = cx.session_id(), seq = cx.envelope().seq, "{line}")
             }
-            LogSink::Stdout => println!("{line}"),
+            // A closed stdout (`| head`) must not fail the hook.
+            LogSink::Stdout => {
+                let _ = writeln!(std::io::stdout().lock(), "{line}");
+            }
             LogSink::Custom(f) => f(&line),
         }
     }

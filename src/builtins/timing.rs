@@ -1,3 +1,4 @@
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,7 +73,9 @@ impl TimingHook {
             let line = format!("[Hook] Tool '{tool}' executed in {}ms", elapsed.as_millis());
             match sink {
                 LogSink::Tracing => tracing::info!(session = cx.session_id(), "{line}"),
-                LogSink::Stdout => println!("{line}"),
+                LogSink::Stdout => {
+                    let _ = writeln!(std::io::stdout().lock(), "{line}");
+                }
                 LogSink::Custom(f) => f(&line),
             }
         }
