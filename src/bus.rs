@@ -381,6 +381,8 @@ impl Bus {
                 let msg = SessionMsg::Close {
                     reason: "shutdown".to_owned(),
                     reply,
+                    turn: 0,
+                    step: 0,
                 };
                 tx.send(msg).await.is_ok() && rx.await.is_ok()
             })

@@ -18,6 +18,12 @@
 //! * Each hook method returns an action typed for its event ([`PreToolUseAction`],
 //!   [`PostToolUseAction`], [`PermissionAction`], [`GateAction`]) plus common extras (context for
 //!   the model, a user message, metadata, a request to stop).
+//! * [`Agent`] is the embedded agent loop on top: [`Agent::builder`] assembles hooks, observers,
+//!   permission rules ([`PermissionConfig`]) and an [`Approver`], a model ([`Provider`]; the
+//!   deterministic [`ScriptedProvider`] plays JSON scripts) and [`Tool`]s (the workspace-confined
+//!   built-ins in [`tools`], plus the `task` tool for subagents). Each [`AgentSession`] is an
+//!   actor that runs turns ([`AgentSession::run_turn`] → [`TurnResult`]), fires every lifecycle
+//!   event at its moment, can be cancelled, and streams its envelopes ([`AgentSession::events`]).
 //! * [`Session::close`] dispatches `SessionEnd` last, hook by hook, after observers took every
 //!   earlier event; [`Bus::shutdown`] closes everything and drains observers.
 //!

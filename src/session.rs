@@ -125,6 +125,8 @@ pub(crate) enum SessionMsg {
     },
     Close {
         reason: String,
+        turn: u32,
+        step: u32,
         reply: oneshot::Sender<Outcome>,
     },
 }
@@ -167,8 +169,13 @@ async fn serve(dispatcher: &mut Dispatcher, msg: Option<SessionMsg>) -> bool {
             let _ = reply.send(outcome);
             dispatcher.is_closed()
         }
-        Some(SessionMsg::Close { reason, reply }) => {
-            let outcome = dispatcher.close(&reason, 0, 0).await;
+        Some(SessionMsg::Close {
+            reason,
+            turn,
+            step,
+            reply,
+        }) => {
+            let outcome = dispatcher.close(&reason, turn, step).await;
             let _ = reply.send(outcome);
             true
         }
@@ -222,10 +229,17 @@ impl Session {
     /// Ends the session: `SessionEnd` with `reason`, after every earlier event reached every
     /// observer (ORD-4). Session hooks and the scratchpad are gone when this returns.
     pub async fn close(&self, reason: &str) -> Result<Outcome, Error> {
+        self.close_at(reason, 0, 0).await
+    }
+
+    /// Ends the session like [`close`](Session::close), with `SessionEnd` at this turn and step.
+    pub async fn close_at(&self, reason: &str, turn: u32, step: u32) -> Result<Outcome, Error> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(SessionMsg::Close {
                 reason: reason.to_owned(),
+                turn,
+                step,
                 reply,
             })
             .await

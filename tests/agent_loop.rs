@@ -795,3 +795,98 @@ async fn escapes_through_the_loop_are_refused_and_nothing_outside_is_touched() {
     assert!(!root.path().join("planted.txt").exists());
     session.close().await.unwrap();
 }
+
+/// A PreToolUse hook that waits for its cancellation token (or a minute).
+#[derive(Clone, Default)]
+struct Patient {
+    token: Arc<Mutex<Option<CancellationToken>>>,
+    started: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl Hook for Patient {
+    fn name(&self) -> &str {
+        "patient"
+    }
+    fn options(&self) -> HookOptions {
+        HookOptions::new()
+            .events([EventKind::PreToolUse])
+            .timeout(Duration::from_secs(120))
+    }
+    async fn pre_tool_use(
+        &self,
+        cx: &HookCx,
+        _: &hookbus::PreToolUse,
+    ) -> HookResult<PreToolUseAction> {
+        *self.token.lock() = Some(cx.cancellation().clone());
+        self.started.notify_one();
+        tokio::select! {
+            _ = cx.cancellation().cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+        Ok(PreToolUseAction::proceed().into())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_reaches_hooks_in_flight_and_refuses_the_rest_of_the_turn() {
+    let ws = workspace();
+    let patient = Patient::default();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let tape = Tape::default();
+    let agent = Agent::builder()
+        .provider(
+            ScriptedProvider::new()
+                .turn(
+                    ScriptTurn::text("two writes")
+                        .call_with_id("w1", "slow_write", json!({ "ms": 1 }))
+                        .call_with_id("w2", "slow_write", json!({ "ms": 1 })),
+                )
+                .turn(ScriptTurn::text("never")),
+        )
+        .clear_tools()
+        .tool(Clocked {
+            name: "slow_write",
+            kind: ToolKind::Edit,
+            log: ran.clone(),
+        })
+        .approver(PolicyApprover::allow())
+        .hook(patient.clone())
+        .observer(tape.clone())
+        .build()
+        .await
+        .unwrap();
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()).id("x"))
+        .await
+        .unwrap();
+    let running = tokio::spawn({
+        let session = session.clone();
+        async move { session.run_turn("go").await }
+    });
+    patient.started.notified().await;
+    let t0 = Instant::now();
+    session.cancel();
+    let result = running.await.unwrap().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "the hook was not cancelled"
+    );
+    let token = patient.token.lock().clone().expect("the hook ran");
+    assert!(token.is_cancelled(), "the hook's token did not fire");
+    assert_eq!(result.reason, TerminalReason::Cancelled);
+    assert!(ran.lock().is_empty(), "no tool ran after the cancel");
+    assert_eq!(result.calls[1].status, CallStatus::Cancelled);
+    session.close().await.unwrap();
+    agent.shutdown(Duration::from_secs(5)).await;
+    // The second call never reached a hook; Interrupt fired; SessionEnd closed the session.
+    let pre = tape
+        .all()
+        .iter()
+        .filter(|e| e.kind() == K::PreToolUse)
+        .count();
+    assert_eq!(pre, 1);
+    let kinds = tape.kinds("x");
+    assert!(kinds.contains(&K::Interrupt));
+    assert_eq!(kinds.last(), Some(&K::SessionEnd));
+}

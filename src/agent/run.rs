@@ -132,7 +132,11 @@ impl SessionLoop {
     }
 
     async fn close(&mut self, reason: &str) {
-        let _ = self.shared.session.close(reason).await;
+        let _ = self
+            .shared
+            .session
+            .close_at(reason, self.turn, self.step)
+            .await;
         self.agent.sessions.remove(&self.shared.id);
         self.agent.permissions.forget_session(&self.shared.id).await;
     }
