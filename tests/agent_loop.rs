@@ -30,6 +30,15 @@ impl Tape {
     fn all(&self) -> Vec<Arc<Envelope>> {
         self.seen.lock().clone()
     }
+    /// The first envelope of this kind.
+    fn first(&self, kind: EventKind) -> Arc<Envelope> {
+        self.seen
+            .lock()
+            .iter()
+            .find(|e| e.kind() == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} was seen"))
+    }
 }
 
 #[async_trait]
@@ -410,12 +419,7 @@ async fn a_task_call_runs_a_subagent_as_a_child_session() {
     let start = parent.iter().position(|k| *k == K::SubagentStart).unwrap();
     let stop = parent.iter().position(|k| *k == K::SubagentStop).unwrap();
     assert!(start < stop);
-    let Event::SubagentStart(s) = &all
-        .iter()
-        .find(|e| e.kind() == K::SubagentStart)
-        .unwrap()
-        .event
-    else {
+    let Event::SubagentStart(s) = &tape.first(K::SubagentStart).event else {
         unreachable!()
     };
     assert_eq!(s.agent_type, "explorer");
@@ -436,12 +440,7 @@ async fn a_task_call_runs_a_subagent_as_a_child_session() {
         .iter()
         .position(|e| e.kind() == K::SessionEnd && e.session_id == child_id);
     assert!(child_end.is_some());
-    let Event::SubagentStop(st) = &all
-        .iter()
-        .find(|e| e.kind() == K::SubagentStop)
-        .unwrap()
-        .event
-    else {
+    let Event::SubagentStop(st) = &tape.first(K::SubagentStop).event else {
         unreachable!()
     };
     assert_eq!(st.last_assistant_message.as_deref(), Some("found main.py"));
@@ -521,11 +520,7 @@ async fn cancel_during_a_long_bash_interrupts_and_kills_the_process_group() {
     assert_eq!(kinds[n - 1], K::SessionEnd);
     assert!(kinds.contains(&K::Interrupt));
     assert!(kinds.contains(&K::PostToolUseFailure));
-    let interrupt = tape
-        .all()
-        .into_iter()
-        .find(|e| e.kind() == K::Interrupt)
-        .unwrap();
+    let interrupt = tape.first(K::Interrupt);
     let Event::Interrupt(i) = &interrupt.event else {
         unreachable!()
     };
@@ -561,11 +556,7 @@ async fn a_provider_error_ends_the_turn_with_stop_failure() {
             K::SessionEnd
         ]
     );
-    let failure = tape
-        .all()
-        .into_iter()
-        .find(|e| e.kind() == K::StopFailure)
-        .unwrap();
+    let failure = tape.first(K::StopFailure);
     let Event::StopFailure(f) = &failure.event else {
         unreachable!()
     };
