@@ -22,6 +22,8 @@ pub enum NamePattern {
     Prefix(String),
     /// An unanchored regular expression.
     Regex(Regex),
+    /// Matches nothing (a Claude Code matcher whose regex does not compile).
+    Never,
 }
 
 impl NamePattern {
@@ -51,6 +53,37 @@ impl NamePattern {
         NamePattern::regex(p)
     }
 
+    /// A matcher with Claude Code's rules (CC-2): missing, `""` or `*` match everything; a
+    /// pattern of letters, digits, `_`, `-`, spaces, `,` and `|` is an exact name or a list
+    /// (`narrow`: only letters, digits, `_` and `|`, as for StopFailure); anything else is an
+    /// unanchored regex, and one that does not compile matches nothing — the error comes back
+    /// for a warning.
+    pub fn claude_code(pattern: Option<&str>, narrow: bool) -> (NamePattern, Option<Error>) {
+        let p = pattern.unwrap_or("");
+        if p.is_empty() || p == "*" {
+            return (NamePattern::Any, None);
+        }
+        let plain = |c: char| {
+            c.is_ascii_alphanumeric()
+                || c == '_'
+                || c == '|'
+                || (!narrow && matches!(c, '-' | ' ' | ','))
+        };
+        if p.chars().all(plain) {
+            let names = p
+                .split(['|', ','])
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            return (NamePattern::List(names), None);
+        }
+        match NamePattern::regex(p) {
+            Ok(re) => (re, None),
+            Err(e) => (NamePattern::Never, Some(e)),
+        }
+    }
+
     /// An unanchored regular expression; an invalid one is an error naming it.
     pub fn regex(pattern: &str) -> Result<NamePattern, Error> {
         Regex::new(pattern)
@@ -68,6 +101,7 @@ impl NamePattern {
             NamePattern::List(names) => names.iter().any(|n| n == name),
             NamePattern::Prefix(p) => name.starts_with(p.as_str()),
             NamePattern::Regex(re) => re.is_match(name),
+            NamePattern::Never => false,
         }
     }
 
@@ -84,6 +118,7 @@ impl fmt::Debug for NamePattern {
             NamePattern::List(n) => f.write_str(&n.join("|")),
             NamePattern::Prefix(p) => write!(f, "{p}*"),
             NamePattern::Regex(re) => write!(f, "/{}/", re.as_str()),
+            NamePattern::Never => f.write_str("<nothing>"),
         }
     }
 }
@@ -147,10 +182,15 @@ impl ToolFilter {
 
     /// Matches tools whose name matches an unanchored regex.
     pub fn regex(pattern: &str) -> Result<Self, Error> {
-        Ok(Self {
-            names: NamePattern::regex(pattern)?,
+        Ok(Self::pattern(NamePattern::regex(pattern)?))
+    }
+
+    /// Tools whose name matches this pattern.
+    pub fn pattern(names: NamePattern) -> Self {
+        Self {
+            names,
             ..Self::default()
-        })
+        }
     }
 
     /// Matches calls allowed by a permission rule such as `Bash(git push *)`.
@@ -203,6 +243,27 @@ mod tests {
             NamePattern::parse("(unclosed").unwrap_err(),
             Error::InvalidRegex { .. }
         ));
+    }
+
+    #[test]
+    fn claude_code_matchers() {
+        let m = |p: &str| NamePattern::claude_code(Some(p), false).0;
+        assert!(m("Edit.*").matches("NotebookEdit"));
+        assert!(m("Write|Edit").matches("Edit") && !m("Write|Edit").matches("NotebookEdit"));
+        assert!(m("Write, Edit").matches("Edit"));
+        assert!(!m("mcp__memory").matches("mcp__memory__read"));
+        assert!(m("mcp__memory__.*").matches("mcp__memory__read"));
+        assert!(m("code-reviewer").matches("code-reviewer"));
+        assert!(!m("code-reviewer").matches("senior-code-reviewer"));
+        // `file_*` is a regex for Claude Code, not a prefix: unanchored, `_*` = any underscores.
+        assert!(m("file_*").matches("profile"));
+        assert!(NamePattern::claude_code(None, false).0.is_any());
+        let (never, err) = NamePattern::claude_code(Some("(unclosed"), false);
+        assert!(!never.matches("(unclosed") && err.is_some());
+        // The narrow set of StopFailure: `-` makes it a regex.
+        assert!(NamePattern::claude_code(Some("rate-limit"), true)
+            .0
+            .matches("xrate-limitx"));
     }
 
     #[test]

@@ -212,6 +212,18 @@ pub trait Hook: Send + Sync + 'static {
         HookOptions::default()
     }
 
+    /// True for a hook driven by data rather than code (a Claude Code settings handler): the
+    /// runtime then calls [`handle`](Hook::handle) for every event instead of the typed methods.
+    fn untyped(&self) -> bool {
+        false
+    }
+
+    /// The untyped answer of an [`untyped`](Hook::untyped) hook. An action that does not fit
+    /// the event is ignored with a warning (HK-2).
+    async fn handle(&self, cx: &HookCx) -> Result<Reply, HookError> {
+        Ok(Reply::proceed())
+    }
+
     /// `SessionStart` (context only).
     async fn session_start(&self, cx: &HookCx, ev: &SessionStart) -> HookResult<()> {
         default_ok!()
@@ -296,6 +308,9 @@ pub trait Hook: Send + Sync + 'static {
 
 /// Calls the method of `hook` that fits the event in `cx` and erases the action's type.
 pub(crate) async fn call_hook(hook: &dyn Hook, cx: &HookCx) -> Result<Reply, HookError> {
+    if hook.untyped() {
+        return hook.handle(cx).await;
+    }
     let env = cx.envelope.clone();
     Ok(match &env.event {
         Event::SessionStart(e) => hook.session_start(cx, e).await?.into(),

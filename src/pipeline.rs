@@ -244,6 +244,23 @@ impl Pipeline {
                     None,
                 ));
             }
+            _ if pre.stop.is_some() => {
+                // HK-3 / Claude Code's `continue: false`: the turn ends after this event, so the
+                // call does not run.
+                let reason = pre
+                    .stop
+                    .as_ref()
+                    .map(|s| s.value.clone())
+                    .unwrap_or_default();
+                return Ok(cx.result(
+                    format!("Stopped by hook: {reason}"),
+                    true,
+                    CallStatus::Blocked,
+                    final_input,
+                    reminders,
+                    None,
+                ));
+            }
             Decision::Defer => {
                 return Ok(cx.result(
                     format!("Deferred by hook: {}", pre.reason_text()),

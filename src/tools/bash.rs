@@ -6,12 +6,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use serde_json::{json, Value};
-use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{str_arg, Workspace};
+use crate::process::{read_capped, Captured, GroupGuard};
 use crate::tool::{Tool, ToolCx, ToolError};
 
 /// Default time a command may run.
@@ -99,18 +97,6 @@ impl Tool for Bash {
     }
 }
 
-/// Kills the process group when dropped: whatever way the call ends, nothing of it survives.
-struct GroupGuard(Option<Pid>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            // ESRCH (already gone) is the common, harmless case.
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-    }
-}
-
 async fn run(command: &str, cwd: &Path, limit: Duration, cx: &ToolCx) -> Result<Value, ToolError> {
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
@@ -123,14 +109,15 @@ async fn run(command: &str, cwd: &Path, limit: Duration, cx: &ToolCx) -> Result<
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| ToolError::new(format!("cannot start sh: {e}")))?;
-    let guard = GroupGuard(
-        child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw),
-    );
-    let stdout = child.stdout.take().map(|s| tokio::spawn(read_capped(s)));
-    let stderr = child.stderr.take().map(|s| tokio::spawn(read_capped(s)));
+    let guard = GroupGuard::new(child.id());
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| tokio::spawn(read_capped(s, OUTPUT_CAP)));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| tokio::spawn(read_capped(s, OUTPUT_CAP)));
     let status = tokio::select! {
         status = child.wait() => status.map_err(|e| ToolError::new(format!("waiting for sh: {e}"))),
         _ = cx.cancel.cancelled() => Err(ToolError::new("interrupted: the command was cancelled and its process group killed")),
@@ -139,7 +126,7 @@ async fn run(command: &str, cwd: &Path, limit: Duration, cx: &ToolCx) -> Result<
         ))),
     };
     // Kill the group now (also background leftovers), so the pipes close and the reads end.
-    drop(guard);
+    guard.kill();
     let status = status?;
     let stdout = collect(stdout).await;
     let stderr = collect(stderr).await;
@@ -157,31 +144,11 @@ async fn run(command: &str, cwd: &Path, limit: Duration, cx: &ToolCx) -> Result<
     }
 }
 
-async fn collect(task: Option<tokio::task::JoinHandle<String>>) -> String {
+async fn collect(task: Option<tokio::task::JoinHandle<Captured>>) -> String {
     match task {
-        Some(t) => t.await.unwrap_or_default(),
+        Some(t) => t.await.unwrap_or_default().text_with_note(),
         None => String::new(),
     }
-}
-
-/// Reads a stream to its end, keeping the first [`OUTPUT_CAP`] bytes.
-async fn read_capped(mut stream: impl AsyncRead + Unpin) -> String {
-    let mut kept = Vec::new();
-    let mut total = 0usize;
-    let mut buf = [0u8; 8192];
-    while let Ok(n) = stream.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        total += n;
-        let room = OUTPUT_CAP.saturating_sub(kept.len());
-        kept.extend_from_slice(&buf[..n.min(room)]);
-    }
-    let mut text = String::from_utf8_lossy(&kept).into_owned();
-    if total > kept.len() {
-        text.push_str(&format!("\n[cut: {total} bytes in all]"));
-    }
-    text
 }
 
 /// Refuses a command whose arguments name paths outside the workspace.

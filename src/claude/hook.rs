@@ -1,0 +1,210 @@
+//! [`ClaudeHook`]: one settings handler as a hookbus [`Hook`], folded with every other hook.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::output::{interpret, HandlerReport};
+use super::run::{run, RunCx};
+use super::settings::{ClaudeSettings, CompatOptions, Handler};
+use crate::action::Reply;
+use crate::bus::Bus;
+use crate::error::{Error, HookError};
+use crate::filter::{NamePattern, ToolFilter};
+use crate::hook::{Hook, HookCx, HookOptions};
+
+/// The metadata key under which a [`ClaudeHook`] reports its run ([`HandlerRun`]).
+pub const REPORT_KEY: &str = "claude_code";
+
+/// What a [`ClaudeHook`] reports for one run, in the outcome's metadata under [`REPORT_KEY`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HandlerRun {
+    /// The settings file.
+    pub source: String,
+    /// The matcher of the group that applied, as written.
+    pub matcher: Option<String>,
+    /// The command (or URL), as written.
+    pub command: String,
+    /// How it went and what it decided.
+    #[serde(flatten)]
+    pub report: HandlerReport,
+}
+
+/// A Claude Code settings handler (command or HTTP) as a hook: it runs the handler on its
+/// event with the event's JSON on stdin and answers what the output says.
+pub struct ClaudeHook {
+    name: String,
+    handler: Arc<Handler>,
+    after: Option<String>,
+    options: Arc<CompatOptions>,
+}
+
+impl std::fmt::Debug for ClaudeHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaudeHook")
+            .field("name", &self.name)
+            .field("command", &self.handler.command())
+            .finish()
+    }
+}
+
+/// A hook name that is unique per handler and says where it came from.
+fn hook_name(index: usize, h: &Handler) -> String {
+    format!("cc#{index} {}", h.command())
+}
+
+impl ClaudeSettings {
+    /// The handlers as hooks, in settings order (register them in this order so the fold
+    /// follows settings order).
+    pub fn hooks(&self) -> Vec<ClaudeHook> {
+        let options = Arc::new(self.options.clone());
+        self.handlers
+            .iter()
+            .enumerate()
+            .map(|(i, h)| ClaudeHook {
+                name: hook_name(i, h),
+                after: h.after.map(|a| hook_name(a, &self.handlers[a])),
+                handler: Arc::new(h.clone()),
+                options: options.clone(),
+            })
+            .collect()
+    }
+
+    /// Registers every handler on `bus` as a global hook, in settings order.
+    pub async fn register(&self, bus: &Bus) -> Result<(), Error> {
+        for hook in self.hooks() {
+            bus.register(hook).await?;
+        }
+        Ok(())
+    }
+}
+
+impl ClaudeHook {
+    /// The handler it runs.
+    pub fn handler(&self) -> &Handler {
+        &self.handler
+    }
+
+    /// The first of the handler's groups whose matcher accepts the event, and whether its `if`
+    /// (if any) holds; `None` when no group applies.
+    fn applies(&self, cx: &HookCx) -> Option<(Option<String>, bool)> {
+        let env = cx.envelope();
+        let query = env.event.query();
+        let tool_event = env.kind().is_tool_event();
+        let cwd = (!env.fields.cwd.is_empty()).then(|| std::path::Path::new(&env.fields.cwd));
+        let mut matched: Option<Option<String>> = None;
+        for occ in &self.handler.occurrences {
+            // The matcher is ignored on events without a query field.
+            let hit = match query {
+                Some(q) => occ.pattern.matches(q),
+                None => true,
+            };
+            if !hit {
+                continue;
+            }
+            let passes = match (&occ.if_rule, env.event.tool()) {
+                (Some(rule), Some((name, input))) if tool_event => rule.matches(name, input, cwd),
+                (Some(_), _) => false,
+                (None, _) => true,
+            };
+            if passes {
+                return Some((occ.matcher.clone(), true));
+            }
+            matched.get_or_insert(occ.matcher.clone());
+        }
+        matched.map(|m| (m, false))
+    }
+}
+
+#[async_trait]
+impl Hook for ClaudeHook {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn options(&self) -> HookOptions {
+        let h = &self.handler;
+        // The runner enforces the handler's deadline and kills the process group; the
+        // runtime's own timeout is a backstop just after it.
+        let mut options = HookOptions::new()
+            .events([h.event])
+            .timeout(h.timeout + Duration::from_secs(2));
+        if let [only] = h.occurrences.as_slice() {
+            // One group: let the dispatcher skip non-matching events without a message.
+            if h.event.is_tool_event() {
+                options = options.filter(ToolFilter::pattern(only.pattern.clone()));
+            } else {
+                options = options.matcher(only.pattern.clone());
+            }
+        } else {
+            options = options.matcher(NamePattern::Any);
+        }
+        if let Some(after) = &self.after {
+            options = options.after(after.clone());
+        }
+        options
+    }
+
+    fn untyped(&self) -> bool {
+        true
+    }
+
+    async fn handle(&self, cx: &HookCx) -> Result<Reply, HookError> {
+        let Some((matcher, passes)) = self.applies(cx) else {
+            return Ok(Reply::proceed());
+        };
+        let env = cx.envelope();
+        let kind = env.kind();
+        let report = if passes {
+            let input = serde_json::to_vec(&**env)?;
+            let cwd = if env.fields.cwd.is_empty() {
+                std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+            } else {
+                PathBuf::from(&env.fields.cwd)
+            };
+            let project_dir = self
+                .options
+                .project_dir
+                .clone()
+                .unwrap_or_else(|| cwd.clone());
+            let (raw, elapsed) = run(
+                &self.handler.kind,
+                RunCx {
+                    input: &input,
+                    cwd: &cwd,
+                    project_dir: &project_dir,
+                    timeout: self.handler.timeout,
+                    cap: self.options.output_cap,
+                    cancel: cx.cancellation(),
+                },
+            )
+            .await;
+            let mut report = interpret(
+                kind,
+                raw,
+                self.handler.on_failure_block,
+                self.options.json_over_exit_2,
+            );
+            report.duration_ms = elapsed.as_millis() as u64;
+            report
+        } else {
+            HandlerReport::skipped()
+        };
+        tracing::debug!(hook = %self.name, event = %kind, outcome = ?report.outcome, decision = ?report.decision, "claude code handler ran");
+        let mut reply = report.to_reply(kind);
+        let run = HandlerRun {
+            source: self.handler.source.clone(),
+            matcher,
+            command: self.handler.command().to_owned(),
+            report,
+        };
+        reply.extras.metadata.push((
+            REPORT_KEY.to_owned(),
+            serde_json::to_value(&run).unwrap_or(Value::Null),
+        ));
+        Ok(reply)
+    }
+}

@@ -1,0 +1,39 @@
+//! Claude Code hooks compatibility (SPEC section 9): the `hooks` section of Claude Code settings
+//! files becomes a set of hooks in the same registry, folded by the same rules as Rust hooks.
+//!
+//! * [`ClaudeSettings::load`] merges settings files in order (user, project, local), honours
+//!   `disableAllHooks`, and reports what it skipped as [`SettingsWarning`]s that name the file
+//!   and JSON path (CC-1). Matchers and `if` follow CC-2.
+//! * Each handler becomes a [`ClaudeHook`]: a `command` runs through `sh -c` (or exec form with
+//!   `args`) with the event JSON on stdin, in the session's cwd, with `CLAUDE_PROJECT_DIR` and
+//!   `CLAUDECODE=1`; its deadline is enforced here and kills the whole process group (CC-3). An
+//!   `http` handler POSTs the same JSON.
+//! * The output is read as Claude Code reads it (CC-4, CC-5) into a [`HandlerReport`], which
+//!   becomes the hook's typed answer; the runtime folds the answers deterministically in settings
+//!   order (CC-6). Every run also leaves its report in the outcome's metadata under
+//!   [`REPORT_KEY`], which `hookbus replay` prints.
+//!
+//! ```no_run
+//! use hookbus::claude::{ClaudeSettings, CompatOptions};
+//!
+//! # async fn demo() -> Result<(), hookbus::Error> {
+//! let settings = ClaudeSettings::load(&[".claude/settings.json"], CompatOptions::default())?;
+//! for warning in &settings.warnings {
+//!     eprintln!("warning: {warning}");
+//! }
+//! let bus = hookbus::Bus::new();
+//! settings.register(&bus).await?;
+//! # Ok(()) }
+//! ```
+
+mod hook;
+mod output;
+pub mod replay;
+mod run;
+mod settings;
+
+pub use hook::{ClaudeHook, HandlerRun, REPORT_KEY};
+pub use output::{cap, CcDecision, HandlerOutcome, HandlerReport, CONTEXT_CAP};
+pub use settings::{
+    ClaudeSettings, CompatOptions, Handler, HandlerKind, Occurrence, SettingsWarning,
+};

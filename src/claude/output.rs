@@ -1,0 +1,532 @@
+//! Reading one handler's result (CC-4, CC-5): exit code, stdout as JSON or text, stderr; what it
+//! decides, as a report and as a hookbus [`Reply`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::run::Raw;
+use crate::action::{
+    Action, Extras, GateAction, PermissionAction, PermissionDecision, PostToolUseAction,
+    PreToolUseAction, Reply, ToolDecision,
+};
+use crate::event::EventKind;
+
+/// Longest context, system message or plain-stdout string passed on (CC-5).
+pub const CONTEXT_CAP: usize = 10_000;
+
+/// How one handler run went, in Claude Code's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HandlerOutcome {
+    /// Exit 0, or another code with valid JSON output.
+    Success,
+    /// Exit 2.
+    BlockingError,
+    /// Any other failure that lets the action proceed.
+    NonBlockingError,
+    /// The deadline passed; the process group was killed.
+    Timeout,
+    /// The program could not start (exec form).
+    SpawnError,
+    /// The matcher matched but the `if` rule did not; nothing ran.
+    SkippedByIf,
+    /// The turn was cancelled while it ran.
+    Cancelled,
+}
+
+/// The decision one handler gives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CcDecision {
+    /// No opinion.
+    #[default]
+    None,
+    /// PreToolUse allow / PermissionRequest allow.
+    Allow,
+    /// PreToolUse ask.
+    Ask,
+    /// PreToolUse defer.
+    Defer,
+    /// PreToolUse deny / PermissionRequest deny.
+    Deny,
+    /// A block on UserPromptSubmit, Stop, SubagentStop, PreCompact, or Post feedback.
+    Block,
+}
+
+/// What one handler did and decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandlerReport {
+    /// How it went.
+    pub outcome: HandlerOutcome,
+    /// Its exit code (`None` on timeout, spawn failure or a skipped run).
+    pub exit_code: Option<i32>,
+    /// Its parsed JSON output.
+    pub json: Option<Value>,
+    /// Its decision.
+    pub decision: CcDecision,
+    /// The reason of that decision.
+    pub reason: Option<String>,
+    /// `updatedInput` (PreToolUse; not with deny or defer).
+    pub updated_input: Option<Value>,
+    /// `updatedToolOutput` (PostToolUse).
+    pub updated_output: Option<Value>,
+    /// Context for the model, capped.
+    pub additional_context: Vec<String>,
+    /// A message for the user.
+    pub system_message: Option<String>,
+    /// False when it said `continue: false`.
+    #[serde(rename = "continue")]
+    pub continue_: bool,
+    /// Its `stopReason`.
+    pub stop_reason: Option<String>,
+    /// A non-blocking error to report.
+    pub error: Option<String>,
+    /// Wall time of the run.
+    pub duration_ms: u64,
+}
+
+impl HandlerReport {
+    fn new(outcome: HandlerOutcome, exit_code: Option<i32>) -> Self {
+        Self {
+            outcome,
+            exit_code,
+            json: None,
+            decision: CcDecision::None,
+            reason: None,
+            updated_input: None,
+            updated_output: None,
+            additional_context: Vec::new(),
+            system_message: None,
+            continue_: true,
+            stop_reason: None,
+            error: None,
+            duration_ms: 0,
+        }
+    }
+
+    /// The report of a handler whose `if` did not match.
+    pub fn skipped() -> Self {
+        Self::new(HandlerOutcome::SkippedByIf, None)
+    }
+}
+
+/// Cuts a string at [`CONTEXT_CAP`] characters, keeping the head and noting the cut.
+pub fn cap(text: &str) -> String {
+    if text.chars().count() <= CONTEXT_CAP {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(CONTEXT_CAP).collect();
+    format!(
+        "{head}\n[truncated: {} characters in all]",
+        text.chars().count()
+    )
+}
+
+/// Whether exit 2 (and `onFailure: "block"`) blocks on this event, and as what.
+fn exit2_decision(event: EventKind) -> Option<CcDecision> {
+    match event {
+        EventKind::PreToolUse => Some(CcDecision::Deny),
+        EventKind::UserPromptSubmit
+        | EventKind::Stop
+        | EventKind::SubagentStop
+        | EventKind::PreCompact
+        | EventKind::PostToolUse
+        | EventKind::PostToolUseFailure => Some(CcDecision::Block),
+        _ => None,
+    }
+}
+
+/// Events whose `systemMessage` and `continue` are discarded.
+fn discards_common(event: EventKind) -> bool {
+    matches!(
+        event,
+        EventKind::Notification
+            | EventKind::PreCompact
+            | EventKind::PostCompact
+            | EventKind::SessionEnd
+            | EventKind::StopFailure
+    )
+}
+
+/// Output valid for the event: the fields that apply.
+#[derive(Default)]
+struct Parsed {
+    decision: CcDecision,
+    reason: Option<String>,
+    updated_input: Option<Value>,
+    updated_output: Option<Value>,
+    context: Vec<String>,
+    system_message: Option<String>,
+    stop: Option<Option<String>>,
+}
+
+fn opt_str<'a>(o: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, String> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(format!("`{key}` must be a string, not {other}")),
+    }
+}
+
+fn opt_bool(o: &Map<String, Value>, key: &str) -> Result<Option<bool>, String> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(format!("`{key}` must be true or false, not {other}")),
+    }
+}
+
+/// Validates JSON output against the schema for `event` and extracts what applies.
+fn parse_output(event: EventKind, o: &Map<String, Value>) -> Result<Parsed, String> {
+    let mut p = Parsed::default();
+    let cont = opt_bool(o, "continue")?;
+    let stop_reason = opt_str(o, "stopReason")?;
+    opt_bool(o, "suppressOutput")?;
+    let system = opt_str(o, "systemMessage")?;
+    let top_reason = opt_str(o, "reason")?;
+    let top_decision = match opt_str(o, "decision")? {
+        None => None,
+        Some(d @ ("approve" | "block")) => Some(d),
+        Some(other) => {
+            return Err(format!(
+                "`decision` must be `approve` or `block`, not `{other}`"
+            ))
+        }
+    };
+    if !discards_common(event) {
+        p.system_message = system.map(cap);
+        if cont == Some(false) {
+            p.stop = Some(stop_reason.map(str::to_owned));
+        }
+    }
+    if let Some(d) = top_decision {
+        match (event, d) {
+            (EventKind::PreToolUse, "approve") => p.decision = CcDecision::Allow,
+            (EventKind::PreToolUse, _) => p.decision = CcDecision::Deny,
+            (e, "block") if exit2_decision(e) == Some(CcDecision::Block) => {
+                p.decision = CcDecision::Block
+            }
+            _ => {}
+        }
+        if p.decision != CcDecision::None {
+            p.reason = top_reason.map(str::to_owned);
+        }
+    }
+    let Some(specific) = o.get("hookSpecificOutput") else {
+        return Ok(p);
+    };
+    if specific.is_null() {
+        return Ok(p);
+    }
+    let Some(h) = specific.as_object() else {
+        return Err("`hookSpecificOutput` must be an object".into());
+    };
+    match opt_str(h, "hookEventName")? {
+        Some(name) if name == event.as_str() => {}
+        Some(name) => {
+            return Err(format!(
+                "`hookSpecificOutput.hookEventName` is `{name}` but the running event is `{event}`"
+            ))
+        }
+        None => return Err("`hookSpecificOutput` needs `hookEventName`".into()),
+    }
+    let context = opt_str(h, "additionalContext")?;
+    match event {
+        EventKind::PreToolUse => {
+            match opt_str(h, "permissionDecision")? {
+                None => {}
+                Some("allow") => p.decision = CcDecision::Allow,
+                Some("deny") => p.decision = CcDecision::Deny,
+                Some("ask") => p.decision = CcDecision::Ask,
+                Some("defer") => p.decision = CcDecision::Defer,
+                Some(other) => {
+                    return Err(format!(
+                        "`permissionDecision` must be allow, deny, ask or defer, not `{other}`"
+                    ))
+                }
+            }
+            if let Some(r) = opt_str(h, "permissionDecisionReason")? {
+                p.reason = Some(r.to_owned());
+            }
+            match h.get("updatedInput") {
+                None | Some(Value::Null) => {}
+                Some(v @ Value::Object(_)) => p.updated_input = Some(v.clone()),
+                Some(_) => return Err("`updatedInput` must be an object".into()),
+            }
+        }
+        EventKind::PermissionRequest => {
+            if let Some(d) = h.get("decision") {
+                let Some(d) = d.as_object() else {
+                    return Err("`decision` must be an object".into());
+                };
+                match opt_str(d, "behavior")? {
+                    Some("allow") => p.decision = CcDecision::Allow,
+                    Some("deny") => p.decision = CcDecision::Deny,
+                    Some(other) => {
+                        return Err(format!(
+                            "`decision.behavior` must be allow or deny, not `{other}`"
+                        ))
+                    }
+                    None => return Err("`decision` needs `behavior`".into()),
+                }
+                p.reason = opt_str(d, "message")?.map(str::to_owned);
+            }
+        }
+        EventKind::PostToolUse => {
+            if let Some(v) = h
+                .get("updatedToolOutput")
+                .or_else(|| h.get("updatedMCPToolOutput"))
+            {
+                p.updated_output = Some(v.clone());
+            }
+        }
+        EventKind::Stop | EventKind::SubagentStop => {
+            // Stop's additionalContext is feedback that also keeps the agent going.
+            if let (Some(text), CcDecision::None) = (context, p.decision) {
+                p.decision = CcDecision::Block;
+                p.reason = Some(text.to_owned());
+            }
+        }
+        EventKind::SessionStart
+        | EventKind::UserPromptSubmit
+        | EventKind::PostToolUseFailure
+        | EventKind::SubagentStart
+        | EventKind::Notification
+        | EventKind::PermissionDenied => {}
+        other => return Err(format!("`{other}` has no `hookSpecificOutput`")),
+    }
+    if let Some(text) = context {
+        p.context.push(cap(text));
+    }
+    Ok(p)
+}
+
+/// Reads one run of a handler on `event` (the procedure of Claude Code's docs, section 3.1).
+pub(crate) fn interpret(
+    event: EventKind,
+    raw: Raw,
+    on_failure_block: bool,
+    json_over_exit_2: bool,
+) -> HandlerReport {
+    let (code, stdout, stderr) = match raw {
+        Raw::Exited {
+            code,
+            stdout,
+            stderr,
+        } => (code, stdout.text(), stderr.text()),
+        Raw::Timeout => {
+            return failure(
+                event,
+                HandlerOutcome::Timeout,
+                None,
+                on_failure_block,
+                "the hook timed out".into(),
+            )
+        }
+        Raw::Cancelled => return HandlerReport::new(HandlerOutcome::Cancelled, None),
+        Raw::SpawnError(e) => {
+            return failure(event, HandlerOutcome::SpawnError, None, on_failure_block, e)
+        }
+        Raw::HttpError(e) => {
+            return failure(
+                event,
+                HandlerOutcome::NonBlockingError,
+                None,
+                on_failure_block,
+                e,
+            )
+        }
+    };
+    let trimmed = stdout.trim_start();
+    let json: Option<Map<String, Value>> = trimmed
+        .starts_with('{')
+        .then(|| serde_json::from_str::<Value>(trimmed).ok())
+        .flatten()
+        .and_then(|v| match v {
+            Value::Object(o) => Some(o),
+            _ => None,
+        });
+    let parsed = json.as_ref().map(|o| parse_output(event, o));
+    let stderr_reason = || {
+        let s = stderr.trim();
+        (!s.is_empty()).then(|| s.to_owned())
+    };
+    let mut report = match (code, parsed) {
+        (Some(2), parsed) => {
+            let mut r = HandlerReport::new(HandlerOutcome::BlockingError, Some(2));
+            match parsed {
+                Some(Ok(p)) if json_over_exit_2 => apply(&mut r, p),
+                Some(Ok(p)) => {
+                    let json_reason = p.reason.clone();
+                    apply(&mut r, p);
+                    block_on_exit2(event, &mut r, json_reason.or_else(stderr_reason));
+                }
+                _ => {
+                    block_on_exit2(event, &mut r, stderr_reason());
+                }
+            }
+            r
+        }
+        (Some(0), None) => {
+            let mut r = HandlerReport::new(HandlerOutcome::Success, Some(0));
+            let text = stdout.trim();
+            if !text.is_empty()
+                && matches!(event, EventKind::SessionStart | EventKind::UserPromptSubmit)
+            {
+                r.additional_context.push(cap(text));
+            }
+            r
+        }
+        (code, Some(Ok(p))) => {
+            let mut r = HandlerReport::new(HandlerOutcome::Success, code);
+            apply(&mut r, p);
+            r
+        }
+        (code, Some(Err(schema))) => {
+            return with_json(
+                failure(
+                    event,
+                    HandlerOutcome::NonBlockingError,
+                    code,
+                    on_failure_block,
+                    format!("invalid hook output: {schema}"),
+                ),
+                json,
+            )
+        }
+        (code, None) => {
+            let first = stderr.lines().next().unwrap_or("").to_owned();
+            return failure(
+                event,
+                HandlerOutcome::NonBlockingError,
+                code,
+                on_failure_block,
+                format!("Failed with non-blocking status code: {first}"),
+            );
+        }
+    };
+    report.json = json.map(Value::Object);
+    report
+}
+
+fn with_json(mut r: HandlerReport, json: Option<Map<String, Value>>) -> HandlerReport {
+    r.json = json.map(Value::Object);
+    r
+}
+
+fn apply(r: &mut HandlerReport, p: Parsed) {
+    r.decision = p.decision;
+    r.reason = p.reason;
+    // updatedInput applies with allow, ask or no decision.
+    if matches!(
+        r.decision,
+        CcDecision::None | CcDecision::Allow | CcDecision::Ask
+    ) {
+        r.updated_input = p.updated_input;
+    }
+    r.updated_output = p.updated_output;
+    r.additional_context = p.context;
+    r.system_message = p.system_message;
+    if let Some(reason) = p.stop {
+        r.continue_ = false;
+        r.stop_reason = reason;
+    }
+}
+
+fn block_on_exit2(event: EventKind, r: &mut HandlerReport, reason: Option<String>) {
+    match exit2_decision(event) {
+        Some(d) => {
+            r.decision = d;
+            r.updated_input = None;
+            r.reason = reason;
+        }
+        // Ignored on PermissionRequest; a non-blocking error elsewhere.
+        None if event == EventKind::PermissionRequest => {}
+        None => {
+            r.error = Some(format!(
+                "exit 2 does not block {event}: {}",
+                reason.unwrap_or_default()
+            ))
+        }
+    }
+}
+
+/// A failed run: a non-blocking error, or with `onFailure: "block"` a block where the event can
+/// block (not on Stop / SubagentStop, as in Claude Code).
+fn failure(
+    event: EventKind,
+    outcome: HandlerOutcome,
+    exit_code: Option<i32>,
+    on_failure_block: bool,
+    message: String,
+) -> HandlerReport {
+    let mut r = HandlerReport::new(outcome, exit_code);
+    let blocks = on_failure_block && !matches!(event, EventKind::Stop | EventKind::SubagentStop);
+    match exit2_decision(event).filter(|_| blocks) {
+        Some(d) => {
+            r.decision = d;
+            r.reason = Some(message);
+        }
+        None => r.error = Some(message),
+    }
+    r
+}
+
+impl HandlerReport {
+    /// The hookbus answer this report gives on `event`.
+    pub fn to_reply(&self, event: EventKind) -> Reply {
+        let reason = self.reason.clone();
+        let action = match event {
+            EventKind::PreToolUse => {
+                let decision = match self.decision {
+                    CcDecision::Allow => ToolDecision::Allow,
+                    CcDecision::Ask => ToolDecision::Ask,
+                    CcDecision::Defer => ToolDecision::Defer,
+                    CcDecision::Deny | CcDecision::Block => ToolDecision::Block,
+                    CcDecision::None => ToolDecision::Continue,
+                };
+                Action::PreToolUse(PreToolUseAction {
+                    decision,
+                    reason,
+                    updated_input: self.updated_input.clone(),
+                })
+            }
+            EventKind::PermissionRequest => match self.decision {
+                CcDecision::Allow => Action::Permission(PermissionAction::Override {
+                    decision: PermissionDecision::Allow,
+                    reason,
+                }),
+                CcDecision::Deny => Action::Permission(PermissionAction::Override {
+                    decision: PermissionDecision::Deny,
+                    reason,
+                }),
+                _ => Action::Continue,
+            },
+            EventKind::PostToolUse | EventKind::PostToolUseFailure => {
+                Action::PostToolUse(PostToolUseAction {
+                    replace_output: self.updated_output.clone(),
+                    block_reason: (self.decision == CcDecision::Block)
+                        .then(|| reason.unwrap_or_else(|| "blocked by hook".into())),
+                })
+            }
+            _ if self.decision == CcDecision::Block => Action::Gate(GateAction::Block {
+                reason: reason.unwrap_or_else(|| "blocked by hook".into()),
+            }),
+            _ => Action::Continue,
+        };
+        Reply {
+            action,
+            extras: Extras {
+                context: self.additional_context.clone(),
+                system_message: self.system_message.clone(),
+                metadata: Default::default(),
+                stop: (!self.continue_).then(|| {
+                    self.stop_reason
+                        .clone()
+                        .unwrap_or_else(|| "a hook said continue: false".into())
+                }),
+                warnings: self.error.iter().cloned().collect(),
+            },
+        }
+    }
+}

@@ -1,0 +1,569 @@
+//! Loading the `hooks` section of Claude Code settings files (CC-1, CC-2).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::error::Error;
+use crate::event::EventKind;
+use crate::filter::NamePattern;
+use crate::rule::Rule;
+
+/// Version-dependent behaviour, with the current Claude Code behaviour as default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompatOptions {
+    /// `CLAUDE_PROJECT_DIR` for hooks (default: the session's cwd).
+    pub project_dir: Option<PathBuf>,
+    /// Timeout of a handler without its own (default 600 s; 60 s before Claude Code 2.1.3).
+    pub default_timeout: Duration,
+    /// Timeout of a UserPromptSubmit handler without its own (default 30 s).
+    pub prompt_timeout: Duration,
+    /// Claude Code 2.0.76: valid JSON output decides even on exit 2 (default false: exit 2
+    /// blocks whatever the JSON says).
+    pub json_over_exit_2: bool,
+    /// Claude Code 2.0.76: on PreToolUse, `continue: false` without a deny lets the tool run
+    /// and ends the turn after it (default false: the call does not run). Read by replay.
+    pub continue_false_runs_tool: bool,
+    /// Bytes of stdout and of stderr kept per handler run; the rest is read and discarded
+    /// (default 1 MiB).
+    pub output_cap: usize,
+}
+
+impl Default for CompatOptions {
+    fn default() -> Self {
+        Self {
+            project_dir: None,
+            default_timeout: Duration::from_secs(600),
+            prompt_timeout: Duration::from_secs(30),
+            json_over_exit_2: false,
+            continue_false_runs_tool: false,
+            output_cap: 1 << 20,
+        }
+    }
+}
+
+/// A problem in a settings file that does not stop the load: it names the file and JSON path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsWarning {
+    /// The settings file, as given.
+    pub file: String,
+    /// Where in it (`hooks.PreToolUse[0].hooks[1].timeout`).
+    pub path: String,
+    /// What is wrong, and what was done about it.
+    pub message: String,
+}
+
+impl fmt::Display for SettingsWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.file, self.path, self.message)
+    }
+}
+
+/// What a handler runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandlerKind {
+    /// A command: shell form (`sh -c command`) or exec form (`command` with `args`).
+    Command {
+        /// The command as written.
+        command: String,
+        /// Exec-form arguments as written.
+        args: Option<Vec<String>>,
+    },
+    /// An HTTP endpoint that gets the event JSON as a POST body.
+    Http {
+        /// The URL.
+        url: String,
+        /// Headers; values may use `$VAR` / `${VAR}` for names in `allowed_env_vars`.
+        headers: Vec<(String, String)>,
+        /// Environment variables headers may use.
+        allowed_env_vars: Vec<String>,
+    },
+}
+
+/// Where a handler applies: one matcher group's matcher and the handler's `if`.
+#[derive(Debug, Clone)]
+pub struct Occurrence {
+    /// The matcher as written (`None` when omitted).
+    pub matcher: Option<String>,
+    /// The compiled matcher.
+    pub pattern: NamePattern,
+    /// The `if` rule (tool events only).
+    pub if_rule: Option<Rule>,
+}
+
+/// One handler, after merging and de-duplication.
+#[derive(Debug, Clone)]
+pub struct Handler {
+    /// The settings file it came from (the first, when several define it).
+    pub source: String,
+    /// Its JSON path there.
+    pub path: String,
+    /// The event.
+    pub event: EventKind,
+    /// What it runs.
+    pub kind: HandlerKind,
+    /// Its timeout.
+    pub timeout: Duration,
+    /// `onFailure: "block"`.
+    pub on_failure_block: bool,
+    /// The matcher groups (and `if`s) it appears under; it runs when one applies.
+    pub occurrences: Vec<Occurrence>,
+    /// In a `sequential` group: the index (in [`ClaudeSettings::handlers`]) of the handler before it.
+    pub after: Option<usize>,
+}
+
+impl Handler {
+    /// The command (or URL) as written.
+    pub fn command(&self) -> &str {
+        match &self.kind {
+            HandlerKind::Command { command, .. } => command,
+            HandlerKind::Http { url, .. } => url,
+        }
+    }
+}
+
+/// The merged `hooks` of one or more settings files.
+#[derive(Debug, Clone, Default)]
+pub struct ClaudeSettings {
+    /// The handlers in settings order (file order, then event, group and handler order).
+    pub handlers: Vec<Handler>,
+    /// What was skipped or corrected while loading.
+    pub warnings: Vec<SettingsWarning>,
+    /// `disableAllHooks`, as the last file that sets it says.
+    pub disabled: bool,
+    /// The behaviour settings.
+    pub options: CompatOptions,
+}
+
+/// The shared budget of SessionEnd handlers: 1.5 s, raised to the largest SessionEnd timeout
+/// configured (at most 60 s).
+pub(crate) fn session_end_budget(handlers: &[Handler]) -> Duration {
+    let largest = handlers
+        .iter()
+        .filter(|h| h.event == EventKind::SessionEnd)
+        .map(|h| h.timeout)
+        .max()
+        .unwrap_or_default();
+    largest.clamp(Duration::from_millis(1500), Duration::from_secs(60))
+}
+
+impl ClaudeSettings {
+    /// Loads and merges settings files in order (user, project, local). A file that is not
+    /// valid JSON is an error naming it with line and column, and nothing is loaded.
+    pub fn load(files: &[impl AsRef<Path>], options: CompatOptions) -> Result<Self, Error> {
+        let mut texts = Vec::with_capacity(files.len());
+        for file in files {
+            let path = file.as_ref();
+            let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+            texts.push((path.display().to_string(), text));
+        }
+        Self::parse(&texts, options)
+    }
+
+    /// Merges settings documents given as `(name, JSON text)`, in order.
+    pub fn parse(documents: &[(String, String)], options: CompatOptions) -> Result<Self, Error> {
+        let mut parsed = Vec::with_capacity(documents.len());
+        for (name, text) in documents {
+            let value: Value = serde_json::from_str(text).map_err(|e| Error::json(name, &e))?;
+            parsed.push((name.as_str(), value));
+        }
+        let mut loader = Loader {
+            options: &options,
+            out: Vec::new(),
+            warnings: Vec::new(),
+            keys: HashMap::new(),
+        };
+        let mut disabled = false;
+        for (name, value) in &parsed {
+            let Some(root) = value.as_object() else {
+                loader.warn(name, "$", "settings must be a JSON object; ignored");
+                continue;
+            };
+            match root.get("disableAllHooks") {
+                Some(Value::Bool(b)) => disabled = *b,
+                Some(_) => loader.warn(name, "disableAllHooks", "must be true or false; ignored"),
+                None => {}
+            }
+            match root.get("hooks") {
+                Some(Value::Object(hooks)) => loader.file(name, hooks),
+                Some(_) => loader.warn(name, "hooks", "must be an object; ignored"),
+                None => {}
+            }
+        }
+        let mut handlers = loader.out;
+        let warnings = loader.warnings;
+        let budget = session_end_budget(&handlers);
+        for h in &mut handlers {
+            if h.event == EventKind::SessionEnd {
+                h.timeout = h.timeout.min(budget);
+            }
+        }
+        Ok(Self {
+            handlers: if disabled { Vec::new() } else { handlers },
+            warnings,
+            disabled,
+            options,
+        })
+    }
+}
+
+struct Loader<'a> {
+    options: &'a CompatOptions,
+    out: Vec<Handler>,
+    warnings: Vec<SettingsWarning>,
+    /// De-duplication: (event, key) → index in `out`.
+    keys: HashMap<(EventKind, String), usize>,
+}
+
+/// Events Claude Code has that hookbus does not fire.
+const NOT_FIRED: &[&str] = &[
+    "PostToolBatch",
+    "UserPromptExpansion",
+    "Setup",
+    "TaskCreated",
+    "TaskCompleted",
+    "TeammateIdle",
+    "ConfigChange",
+    "CwdChanged",
+    "FileChanged",
+    "InstructionsLoaded",
+    "WorktreeCreate",
+    "WorktreeRemove",
+    "Elicitation",
+    "ElicitationResult",
+    "DirectoryAdded",
+    "MessageDisplay",
+    "PreModelSwitch",
+    "PostModelSwitch",
+    "PreSkillShellCommand",
+];
+
+impl Loader<'_> {
+    fn warn(&mut self, file: &str, path: &str, message: impl Into<String>) {
+        let w = SettingsWarning {
+            file: file.to_owned(),
+            path: path.to_owned(),
+            message: message.into(),
+        };
+        tracing::warn!("{w}");
+        self.warnings.push(w);
+    }
+
+    fn file(&mut self, file: &str, hooks: &Map<String, Value>) {
+        for (event_name, groups) in hooks {
+            let path = format!("hooks.{event_name}");
+            let event = match EventKind::from_str(event_name) {
+                Ok(e) => e,
+                Err(_) if NOT_FIRED.contains(&event_name.as_str()) => {
+                    self.warn(
+                        file,
+                        &path,
+                        format!("hookbus does not fire `{event_name}`; its handlers are ignored"),
+                    );
+                    continue;
+                }
+                Err(_) => {
+                    self.warn(
+                        file,
+                        &path,
+                        format!("unknown event `{event_name}`; ignored"),
+                    );
+                    continue;
+                }
+            };
+            let Some(groups) = groups.as_array() else {
+                self.warn(file, &path, "must be a list of matcher groups; ignored");
+                continue;
+            };
+            for (g, group) in groups.iter().enumerate() {
+                self.group(file, &format!("{path}[{g}]"), event, group);
+            }
+        }
+    }
+
+    fn group(&mut self, file: &str, path: &str, event: EventKind, group: &Value) {
+        let Some(group) = group.as_object() else {
+            self.warn(file, path, "a matcher group must be an object; ignored");
+            return;
+        };
+        let matcher = match group.get("matcher") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                self.warn(
+                    file,
+                    &format!("{path}.matcher"),
+                    format!("must be a string, not {other}; group ignored"),
+                );
+                return;
+            }
+        };
+        let (pattern, error) =
+            NamePattern::claude_code(matcher.as_deref(), event == EventKind::StopFailure);
+        if let Some(e) = error {
+            self.warn(
+                file,
+                &format!("{path}.matcher"),
+                format!("{e}; the group matches nothing"),
+            );
+        }
+        let sequential = match group.get("sequential") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                self.warn(
+                    file,
+                    &format!("{path}.sequential"),
+                    "must be true or false; ignored",
+                );
+                false
+            }
+        };
+        let Some(handlers) = group.get("hooks").and_then(Value::as_array) else {
+            self.warn(
+                file,
+                &format!("{path}.hooks"),
+                "must be a list of handlers; group ignored",
+            );
+            return;
+        };
+        let mut previous = None;
+        for (h, handler) in handlers.iter().enumerate() {
+            let hpath = format!("{path}.hooks[{h}]");
+            let occurrence = Occurrence {
+                matcher: matcher.clone(),
+                pattern: pattern.clone(),
+                if_rule: None,
+            };
+            if let Some(index) = self.handler(
+                file,
+                &hpath,
+                event,
+                handler,
+                occurrence,
+                sequential.then_some(previous).flatten(),
+                sequential,
+            ) {
+                previous = Some(index);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn handler(
+        &mut self,
+        file: &str,
+        path: &str,
+        event: EventKind,
+        handler: &Value,
+        mut occurrence: Occurrence,
+        after: Option<usize>,
+        sequential: bool,
+    ) -> Option<usize> {
+        let Some(h) = handler.as_object() else {
+            self.warn(file, path, "a handler must be an object; ignored");
+            return None;
+        };
+        let kind = match h.get("type").and_then(Value::as_str) {
+            Some("command") => {
+                let Some(command) = h.get("command").and_then(Value::as_str) else {
+                    self.warn(
+                        file,
+                        &format!("{path}.command"),
+                        "a command handler needs a `command` string; ignored",
+                    );
+                    return None;
+                };
+                let args = match h.get("args") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Array(items)) if items.iter().all(Value::is_string) => Some(
+                        items
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect(),
+                    ),
+                    Some(_) => {
+                        self.warn(
+                            file,
+                            &format!("{path}.args"),
+                            "must be a list of strings; handler ignored",
+                        );
+                        return None;
+                    }
+                };
+                HandlerKind::Command {
+                    command: command.to_owned(),
+                    args,
+                }
+            }
+            Some("http") => {
+                let Some(url) = h.get("url").and_then(Value::as_str) else {
+                    self.warn(
+                        file,
+                        &format!("{path}.url"),
+                        "an http handler needs a `url` string; ignored",
+                    );
+                    return None;
+                };
+                let headers = h
+                    .get("headers")
+                    .and_then(Value::as_object)
+                    .map(|m| {
+                        m.iter()
+                            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let allowed_env_vars = h
+                    .get("allowedEnvVars")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                HandlerKind::Http {
+                    url: url.to_owned(),
+                    headers,
+                    allowed_env_vars,
+                }
+            }
+            Some(t @ ("prompt" | "agent" | "mcp_tool")) => {
+                self.warn(
+                    file,
+                    &format!("{path}.type"),
+                    format!("handler type `{t}` is not supported by hookbus; ignored"),
+                );
+                return None;
+            }
+            Some(t) => {
+                self.warn(
+                    file,
+                    &format!("{path}.type"),
+                    format!("unknown handler type `{t}`; ignored"),
+                );
+                return None;
+            }
+            None => {
+                self.warn(
+                    file,
+                    &format!("{path}.type"),
+                    "a handler needs a `type`; ignored",
+                );
+                return None;
+            }
+        };
+        if let Some(cond) = h.get("if") {
+            let Some(text) = cond.as_str() else {
+                self.warn(
+                    file,
+                    &format!("{path}.if"),
+                    "must be a permission-rule string; handler ignored",
+                );
+                return None;
+            };
+            if !event.is_tool_event() {
+                self.warn(file, &format!("{path}.if"), format!("`if` applies to tool events only; on {event} the handler would never run, so it is ignored"));
+                return None;
+            }
+            match Rule::parse(text) {
+                Ok(rule) => occurrence.if_rule = Some(rule),
+                Err(e) => {
+                    self.warn(file, &format!("{path}.if"), format!("{e}; handler ignored"));
+                    return None;
+                }
+            }
+        }
+        let default_timeout = if event == EventKind::UserPromptSubmit {
+            self.options.prompt_timeout
+        } else {
+            self.options.default_timeout
+        };
+        let timeout = match h.get("timeout") {
+            None | Some(Value::Null) => default_timeout,
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|s| s > 0.0 && s.is_finite()) => {
+                Duration::from_secs_f64(n.as_f64().unwrap_or_default().min(86_400.0))
+            }
+            Some(other) => {
+                self.warn(file, &format!("{path}.timeout"), format!("must be a positive number of seconds, not {other}; the default {} s applies", default_timeout.as_secs()));
+                default_timeout
+            }
+        };
+        let on_failure_block = match h.get("onFailure").and_then(Value::as_str) {
+            None | Some("continue") => false,
+            Some("block") => true,
+            Some(other) => {
+                self.warn(
+                    file,
+                    &format!("{path}.onFailure"),
+                    format!("must be `continue` or `block`, not `{other}`; `continue` applies"),
+                );
+                false
+            }
+        };
+        if h.get("async").and_then(Value::as_bool) == Some(true) {
+            self.warn(
+                file,
+                &format!("{path}.async"),
+                "async handlers are not supported; it runs synchronously",
+            );
+        }
+        // Identical handlers run once per event; a sequential chain keeps its own members.
+        let key = (event, self.dedup_key(&kind));
+        if !sequential {
+            if let Some(&index) = self.keys.get(&key) {
+                self.out[index].occurrences.push(occurrence);
+                return Some(index);
+            }
+        }
+        let index = self.out.len();
+        self.out.push(Handler {
+            source: file.to_owned(),
+            path: path.to_owned(),
+            event,
+            kind,
+            timeout,
+            on_failure_block,
+            occurrences: vec![occurrence],
+            after,
+        });
+        if !sequential {
+            self.keys.insert(key, index);
+        }
+        Some(index)
+    }
+
+    /// Handler type + expanded command + args, or the URL.
+    fn dedup_key(&self, kind: &HandlerKind) -> String {
+        match kind {
+            HandlerKind::Command { command, args } => {
+                let expand = |s: &str| expand_project_dir(s, self.options.project_dir.as_deref());
+                let args: Vec<String> = args.iter().flatten().map(|a| expand(a)).collect();
+                format!("command\u{0}{}\u{0}{}", expand(command), args.join("\u{0}"))
+            }
+            HandlerKind::Http { url, .. } => format!("http\u{0}{url}"),
+        }
+    }
+}
+
+/// Substitutes `${CLAUDE_PROJECT_DIR}` (and `$CLAUDE_PROJECT_DIR`) with the project directory.
+pub(crate) fn expand_project_dir(text: &str, dir: Option<&Path>) -> String {
+    match dir {
+        Some(dir) => {
+            let dir = dir.display().to_string();
+            text.replace("${CLAUDE_PROJECT_DIR}", &dir)
+                .replace("$CLAUDE_PROJECT_DIR", &dir)
+        }
+        None => text.to_owned(),
+    }
+}
