@@ -71,6 +71,16 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A line of a transcript that is not what a transcript line must be.
+    #[error("{path}:{line}: {message}")]
+    InvalidTranscript {
+        /// The transcript file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// A file could not be read or written.
     #[error("{path}: {message}")]
     Io {

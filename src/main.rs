@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod demo;
+mod replay_cmd;
 
 /// Lifecycle hooks for LLM agent loops.
 #[derive(Parser)]
@@ -18,6 +19,9 @@ struct Cli {
 enum Command {
     /// Run a scripted session with the built-in hooks and print the trace.
     Demo(demo::DemoArgs),
+    /// Feed a Claude Code transcript's tool calls through a hooks configuration and show, per
+    /// event, which handlers matched, what each returned and the folded decision.
+    Replay(replay_cmd::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +39,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => demo::run(args).await,
+            Command::Replay(args) => replay_cmd::run(args).await,
         }
     });
     match result {

@@ -1,1 +1,587 @@
-//! placeholder
+//! `hookbus replay`: feeds the tool calls of a recorded Claude Code transcript through a hooks
+//! configuration and reports, per event, which handlers matched, what each returned, the folded
+//! decision and the final input — a debugger for hook configurations.
+//!
+//! The transcript is JSONL: `type: "assistant"` lines whose `message.content` holds `tool_use`
+//! blocks `{id, name, input}` (lines sharing `message.id` are one message), and `type: "user"`
+//! lines whose `message.content` holds `tool_result` blocks `{tool_use_id, content, is_error}`
+//! (or is a string: a prompt). Other lines and blocks are skipped.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::hook::{HandlerRun, REPORT_KEY};
+use super::settings::{ClaudeSettings, CompatOptions};
+use crate::bus::Bus;
+use crate::error::Error;
+use crate::event::*;
+use crate::outcome::{Decision, Outcome};
+use crate::session::SessionConfig;
+
+/// One tool call of a transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolUse {
+    /// Its id.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// Its input.
+    pub input: Value,
+}
+
+/// A call's recorded result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    /// The `tool_result` content.
+    pub content: Value,
+    /// Whether it was an error.
+    pub is_error: bool,
+    /// The line's `toolUseResult`, when present.
+    pub tool_use_result: Option<Value>,
+}
+
+/// What a transcript holds, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    /// A user prompt (a user line whose content is a string).
+    Prompt(String),
+    /// An assistant message: its text and tool calls.
+    Assistant {
+        /// The message's text blocks, joined.
+        text: String,
+        /// Its tool calls, in order.
+        calls: Vec<ToolUse>,
+    },
+}
+
+/// A parsed transcript.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Transcript {
+    /// The first `sessionId` found.
+    pub session_id: Option<String>,
+    /// Prompts and assistant messages in order.
+    pub items: Vec<Item>,
+    /// Results by tool-use id.
+    pub results: HashMap<String, ToolResult>,
+}
+
+impl Transcript {
+    /// Reads a transcript file; a malformed line is an error naming its line number.
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses transcript text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, Error> {
+        let mut t = Transcript::default();
+        let mut by_message_id: HashMap<String, usize> = HashMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let n = i + 1;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let bad = |message: String| Error::InvalidTranscript {
+                path: origin.to_owned(),
+                line: n,
+                message,
+            };
+            let value: Value =
+                serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
+            let Some(obj) = value.as_object() else {
+                return Err(bad("a transcript line must be a JSON object".into()));
+            };
+            if t.session_id.is_none() {
+                t.session_id = obj
+                    .get("sessionId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
+            let message = obj.get("message").and_then(Value::as_object);
+            let content = message.and_then(|m| m.get("content"));
+            match obj.get("type").and_then(Value::as_str) {
+                Some("assistant") => {
+                    let mut text = String::new();
+                    let mut calls = Vec::new();
+                    for block in content.and_then(Value::as_array).into_iter().flatten() {
+                        match block.get("type").and_then(Value::as_str) {
+                            Some("text") => {
+                                if let Some(s) = block.get("text").and_then(Value::as_str) {
+                                    if !text.is_empty() {
+                                        text.push('\n');
+                                    }
+                                    text.push_str(s);
+                                }
+                            }
+                            Some("tool_use") => {
+                                let id =
+                                    block.get("id").and_then(Value::as_str).ok_or_else(|| {
+                                        bad("a tool_use block without an `id`".into())
+                                    })?;
+                                let name = block
+                                    .get("name")
+                                    .and_then(Value::as_str)
+                                    .ok_or_else(|| bad(format!("tool_use `{id}` has no `name`")))?;
+                                calls.push(ToolUse {
+                                    id: id.to_owned(),
+                                    name: name.to_owned(),
+                                    input: block
+                                        .get("input")
+                                        .cloned()
+                                        .unwrap_or(Value::Object(Default::default())),
+                                });
+                            }
+                            _ => {}
+                        }
+                    }
+                    let id = message.and_then(|m| m.get("id")).and_then(Value::as_str);
+                    match id.and_then(|id| by_message_id.get(id).copied()) {
+                        Some(at) => {
+                            if let Item::Assistant {
+                                text: t0,
+                                calls: c0,
+                            } = &mut t.items[at]
+                            {
+                                if !text.is_empty() {
+                                    if !t0.is_empty() {
+                                        t0.push('\n');
+                                    }
+                                    t0.push_str(&text);
+                                }
+                                c0.extend(calls);
+                            }
+                        }
+                        None => {
+                            if let Some(id) = id {
+                                by_message_id.insert(id.to_owned(), t.items.len());
+                            }
+                            t.items.push(Item::Assistant { text, calls });
+                        }
+                    }
+                }
+                Some("user") => match content {
+                    Some(Value::String(prompt)) => t.items.push(Item::Prompt(prompt.clone())),
+                    Some(Value::Array(blocks)) => {
+                        for block in blocks {
+                            if block.get("type").and_then(Value::as_str) != Some("tool_result") {
+                                continue;
+                            }
+                            let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
+                                return Err(bad(
+                                    "a tool_result block without a `tool_use_id`".into()
+                                ));
+                            };
+                            t.results.insert(
+                                id.to_owned(),
+                                ToolResult {
+                                    content: block.get("content").cloned().unwrap_or(Value::Null),
+                                    is_error: block
+                                        .get("is_error")
+                                        .and_then(Value::as_bool)
+                                        .unwrap_or(false),
+                                    tool_use_result: obj.get("toolUseResult").cloned(),
+                                },
+                            );
+                        }
+                    }
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// What to replay, and how.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    /// Settings files, merged in this order.
+    pub settings: Vec<PathBuf>,
+    /// The transcript.
+    pub transcript: PathBuf,
+    /// The hooks' cwd and the payloads' `cwd` (default: the current directory).
+    pub cwd: Option<PathBuf>,
+    /// `CLAUDE_PROJECT_DIR` (default: the cwd).
+    pub project_dir: Option<PathBuf>,
+    /// Also SessionStart, UserPromptSubmit, Stop and SessionEnd.
+    pub all_events: bool,
+    /// Version-dependent behaviour.
+    pub compat: CompatOptions,
+}
+
+/// One handler in a [`ReplayLine`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayHandler {
+    /// The settings file, as given.
+    pub source: String,
+    /// The matcher, as written (null when omitted).
+    pub matcher: Option<String>,
+    /// The command or URL, as written.
+    pub command: String,
+    /// Its exit code (null on timeout or spawn failure).
+    pub exit_code: Option<i32>,
+    /// `success`, `blocking_error`, `non_blocking_error`, `timeout`, `spawn_error`, `skipped_by_if`.
+    pub outcome: super::output::HandlerOutcome,
+    /// Its parsed JSON output.
+    pub json: Option<Value>,
+    /// Its wall time.
+    pub duration_ms: u64,
+}
+
+/// What replay prints for one dispatched event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayLine {
+    /// The event's wire name.
+    pub event: EventKind,
+    /// The tool call's id (tool events).
+    pub tool_use_id: Option<String>,
+    /// The tool (tool events).
+    pub tool_name: Option<String>,
+    /// The matched handlers, in settings order.
+    pub handlers: Vec<ReplayHandler>,
+    /// The folded decision.
+    pub decision: &'static str,
+    /// The reasons of the hooks whose decision is the folded one, joined by newlines.
+    pub reason: Option<String>,
+    /// PreToolUse: the input that would run (null on deny or defer).
+    pub final_input: Option<Value>,
+    /// PostToolUse: the replacement output.
+    pub updated_output: Option<Value>,
+    /// Contexts for the model, in fold order.
+    pub additional_context: Vec<String>,
+    /// Messages for the user.
+    pub system_messages: Vec<String>,
+    /// False when a hook said `continue: false`.
+    #[serde(rename = "continue")]
+    pub continue_: bool,
+    /// The first `stopReason`.
+    pub stop_reason: Option<String>,
+}
+
+fn decision_name(kind: EventKind, d: Decision) -> &'static str {
+    match kind {
+        EventKind::PreToolUse => match d {
+            Decision::Block | Decision::Deny => "deny",
+            Decision::Defer => "defer",
+            Decision::Ask => "ask",
+            Decision::Allow => "allow",
+            Decision::Continue => "none",
+        },
+        EventKind::PermissionRequest => match d {
+            Decision::Deny | Decision::Block => "deny",
+            Decision::Allow => "allow",
+            _ => "none",
+        },
+        EventKind::UserPromptSubmit
+        | EventKind::Stop
+        | EventKind::SubagentStop
+        | EventKind::PreCompact
+        | EventKind::PostToolUse
+        | EventKind::PostToolUseFailure => match d {
+            Decision::Block | Decision::Deny => "block",
+            _ => "none",
+        },
+        _ => "none",
+    }
+}
+
+/// Builds the printed line of one event from its outcome.
+fn line_of(env_event: &Event, outcome: &Outcome) -> ReplayLine {
+    let kind = env_event.kind();
+    let runs: Vec<HandlerRun> = outcome
+        .metadata
+        .iter()
+        .filter(|m| m.value.0 == REPORT_KEY)
+        .filter_map(|m| serde_json::from_value(m.value.1.clone()).ok())
+        .collect();
+    let decision = decision_name(kind, outcome.decision);
+    let stopper = runs.iter().find(|r| !r.report.continue_);
+    let (tool_name, original) = match env_event.tool() {
+        Some((name, input)) => (Some(name.to_owned()), Some(input.clone())),
+        None => (None, None),
+    };
+    ReplayLine {
+        event: kind,
+        tool_use_id: env_event.tool_use_id().map(str::to_owned),
+        tool_name,
+        decision,
+        reason: (decision != "none" && !outcome.reasons.is_empty()).then(|| {
+            outcome
+                .reasons
+                .iter()
+                .map(|r| r.value.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        }),
+        final_input: match (kind, decision) {
+            (EventKind::PreToolUse, "deny" | "defer") => None,
+            (EventKind::PreToolUse, _) => outcome.updated_input.clone().or(original),
+            _ => None,
+        },
+        updated_output: outcome.updated_output.clone(),
+        additional_context: outcome.contexts.iter().map(|c| c.text.clone()).collect(),
+        system_messages: outcome
+            .system_messages
+            .iter()
+            .map(|m| m.value.clone())
+            .collect(),
+        continue_: stopper.is_none(),
+        stop_reason: stopper.and_then(|r| r.report.stop_reason.clone()),
+        handlers: runs
+            .into_iter()
+            .map(|r| ReplayHandler {
+                source: r.source,
+                matcher: r.matcher,
+                command: r.command,
+                exit_code: r.report.exit_code,
+                outcome: r.report.outcome,
+                json: r.report.json,
+                duration_ms: r.report.duration_ms,
+            })
+            .collect(),
+    }
+}
+
+/// The loaded inputs of a replay: checked before anything is printed.
+pub struct Replay {
+    settings: ClaudeSettings,
+    transcript: Transcript,
+    transcript_path: PathBuf,
+    cwd: PathBuf,
+    all_events: bool,
+}
+
+impl Replay {
+    /// Loads the settings and the transcript; any error here comes before any output.
+    pub fn load(options: ReplayOptions) -> Result<Self, Error> {
+        let cwd = match options.cwd {
+            Some(c) => c,
+            None => std::env::current_dir().map_err(|e| Error::Io {
+                path: ".".into(),
+                message: e.to_string(),
+            })?,
+        };
+        let mut compat = options.compat;
+        compat.project_dir = Some(options.project_dir.unwrap_or_else(|| cwd.clone()));
+        let settings = ClaudeSettings::load(&options.settings, compat)?;
+        let transcript = Transcript::load(&options.transcript)?;
+        let transcript_path =
+            std::path::absolute(&options.transcript).unwrap_or(options.transcript);
+        Ok(Self {
+            settings,
+            transcript,
+            transcript_path,
+            cwd,
+            all_events: options.all_events,
+        })
+    }
+
+    /// The settings' warnings (print them on stderr).
+    pub fn warnings(&self) -> &[super::settings::SettingsWarning] {
+        &self.settings.warnings
+    }
+
+    /// Runs the replay, handing each event's line to `emit` as soon as it is folded.
+    pub async fn run(self, mut emit: impl FnMut(&ReplayLine)) -> Result<(), Error> {
+        let bus = Bus::new();
+        self.settings.register(&bus).await?;
+        let session_id = self
+            .transcript
+            .session_id
+            .clone()
+            .unwrap_or_else(|| "replay".into());
+        let session = bus
+            .open_session(SessionConfig {
+                id: Some(session_id),
+                fields: SessionFields {
+                    transcript_path: self.transcript_path.display().to_string(),
+                    cwd: self.cwd.display().to_string(),
+                    permission_mode: Some("default".into()),
+                    ..SessionFields::default()
+                },
+                ..SessionConfig::default()
+            })
+            .await?;
+        let legacy_continue = self.settings.options.continue_false_runs_tool;
+        let mut fire = async |event: Event| -> Result<Outcome, Error> {
+            let outcome = session.dispatch(event.clone()).await?;
+            emit(&line_of(&event, &outcome));
+            Ok(outcome)
+        };
+        if self.all_events {
+            fire(Event::SessionStart(SessionStart {
+                source: SessionSource::Startup,
+                model: None,
+            }))
+            .await?;
+        }
+        for item in &self.transcript.items {
+            match item {
+                Item::Prompt(prompt) => {
+                    if self.all_events {
+                        fire(Event::UserPromptSubmit(UserPromptSubmit {
+                            prompt: prompt.clone(),
+                        }))
+                        .await?;
+                    }
+                }
+                Item::Assistant { text, calls } => {
+                    let mut runs = Vec::with_capacity(calls.len());
+                    for call in calls {
+                        let outcome = fire(Event::PreToolUse(PreToolUse {
+                            tool_name: call.name.clone(),
+                            tool_input: call.input.clone(),
+                            tool_use_id: call.id.clone(),
+                        }))
+                        .await?;
+                        let stopped = outcome.stop.is_some() && !legacy_continue;
+                        let ran = !matches!(
+                            outcome.decision,
+                            Decision::Block | Decision::Deny | Decision::Defer
+                        ) && !stopped;
+                        let input = outcome
+                            .updated_input
+                            .clone()
+                            .unwrap_or_else(|| call.input.clone());
+                        runs.push((call, ran, input));
+                    }
+                    for (call, ran, input) in runs {
+                        let Some(result) = self.transcript.results.get(&call.id).filter(|_| ran)
+                        else {
+                            continue;
+                        };
+                        let original_input = (input != call.input).then(|| call.input.clone());
+                        let event = if result.is_error {
+                            Event::PostToolUseFailure(PostToolUseFailure {
+                                tool_name: call.name.clone(),
+                                tool_input: input,
+                                original_input,
+                                tool_use_id: call.id.clone(),
+                                error: content_text(&result.content),
+                                is_error: true,
+                                is_interrupt: false,
+                                kind: FailureKind::Error,
+                                duration_ms: 0,
+                            })
+                        } else {
+                            Event::PostToolUse(PostToolUse {
+                                tool_name: call.name.clone(),
+                                tool_input: input,
+                                original_input,
+                                tool_response: result
+                                    .tool_use_result
+                                    .clone()
+                                    .unwrap_or_else(|| result.content.clone()),
+                                original_response: None,
+                                tool_use_id: call.id.clone(),
+                                is_error: false,
+                                duration_ms: 0,
+                            })
+                        };
+                        fire(event).await?;
+                    }
+                    if self.all_events && calls.is_empty() && !text.is_empty() {
+                        fire(Event::Stop(Stop {
+                            stop_hook_active: false,
+                            last_assistant_message: Some(text.clone()),
+                        }))
+                        .await?;
+                    }
+                }
+            }
+        }
+        if self.all_events {
+            let outcome = session.close("other").await?;
+            emit(&line_of(
+                &Event::SessionEnd(SessionEnd {
+                    reason: "other".into(),
+                }),
+                &outcome,
+            ));
+        } else {
+            session.close("other").await?;
+        }
+        bus.shutdown(Duration::from_secs(5)).await;
+        Ok(())
+    }
+}
+
+/// A `tool_result` content as text: a string, or the text blocks of a list joined.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The text format of one line: the event, its handlers with outcomes and timings, the fold.
+pub fn format_text(line: &ReplayLine) -> String {
+    let mut out = format!("{}", line.event);
+    if let (Some(tool), Some(id)) = (&line.tool_name, &line.tool_use_id) {
+        out.push_str(&format!(" {tool} ({id})"));
+    }
+    out.push('\n');
+    if line.handlers.is_empty() {
+        out.push_str("  no handler matched\n");
+    }
+    for h in &line.handlers {
+        let code = h
+            .exit_code
+            .map_or_else(|| "no exit code".to_owned(), |c| format!("exit {c}"));
+        let matcher = h.matcher.as_deref().unwrap_or("*");
+        out.push_str(&format!(
+            "  [{matcher}] {} — {} ({code}, {} ms) from {}\n",
+            h.command,
+            serde_json::to_value(h.outcome)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            h.duration_ms,
+            h.source
+        ));
+        if let Some(json) = &h.json {
+            out.push_str(&format!("      output: {json}\n"));
+        }
+    }
+    out.push_str(&format!("  decision: {}", line.decision));
+    if let Some(reason) = &line.reason {
+        out.push_str(&format!(" — {}", reason.replace('\n', " / ")));
+    }
+    out.push('\n');
+    if let Some(input) = &line.final_input {
+        out.push_str(&format!("  final input: {input}\n"));
+    }
+    if let Some(output) = &line.updated_output {
+        out.push_str(&format!("  updated output: {output}\n"));
+    }
+    for c in &line.additional_context {
+        out.push_str(&format!("  context: {c}\n"));
+    }
+    for m in &line.system_messages {
+        out.push_str(&format!("  system message: {m}\n"));
+    }
+    if !line.continue_ {
+        out.push_str(&format!(
+            "  continue: false{}\n",
+            line.stop_reason
+                .as_deref()
+                .map(|r| format!(" — {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}

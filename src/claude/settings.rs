@@ -548,8 +548,13 @@ impl Loader<'_> {
         match kind {
             HandlerKind::Command { command, args } => {
                 let expand = |s: &str| expand_project_dir(s, self.options.project_dir.as_deref());
-                let args: Vec<String> = args.iter().flatten().map(|a| expand(a)).collect();
-                format!("command\u{0}{}\u{0}{}", expand(command), args.join("\u{0}"))
+                match args {
+                    None => format!("command\u{0}{}", expand(command)),
+                    Some(args) => {
+                        let args: Vec<String> = args.iter().map(|a| expand(a)).collect();
+                        format!("exec\u{0}{}\u{0}{}", expand(command), args.join("\u{0}"))
+                    }
+                }
             }
             HandlerKind::Http { url, .. } => format!("http\u{0}{url}"),
         }
