@@ -109,6 +109,14 @@ impl AgentBuilder {
         self.hooks.push(hook);
         self
     }
+    /// Registers the handlers of Claude Code settings as global hooks (after the hooks added so
+    /// far, in settings order).
+    pub fn claude_settings(mut self, settings: &crate::claude::ClaudeSettings) -> Self {
+        for hook in settings.hooks() {
+            self.hooks.push(Arc::new(hook));
+        }
+        self
+    }
     /// Registers a global observer at build time.
     pub fn observer(self, observer: impl Observer) -> Self {
         self.observer_arc(Arc::new(observer))
