@@ -46,7 +46,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let agent = Agent::builder()
         .provider(
             ScriptedProvider::new()
-                .turn(ScriptTurn::text("Cleaning up.").call("bash", json!({ "command": "rm keep.txt" })))
+                .turn(
+                    ScriptTurn::text("Cleaning up.")
+                        .call("bash", json!({ "command": "rm keep.txt" })),
+                )
                 .turn(ScriptTurn::text("Listing instead.").call("bash", json!({ "command": "ls" })))
                 .turn(ScriptTurn::text("keep.txt is still there.")),
         )
@@ -58,14 +61,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let session = agent.open_session(SessionOptions::new(&workspace)).await?;
     let result = session.run_turn("Tidy up the workspace").await?;
     for call in &result.calls {
-        println!("{} {:?}: {}", call.tool_name, call.status, call.content.trim());
+        println!(
+            "{} {:?}: {}",
+            call.tool_name,
+            call.status,
+            call.content.trim()
+        );
     }
     for m in &result.messages {
         if m.content.starts_with("<system-reminder>") {
             println!("reminder to the model:\n{}", m.content);
         }
     }
-    println!("keep.txt still there: {}", workspace.join("keep.txt").exists());
+    println!(
+        "keep.txt still there: {}",
+        workspace.join("keep.txt").exists()
+    );
     session.close().await?;
     agent.shutdown(Duration::from_secs(5)).await;
     std::fs::remove_dir_all(&workspace)?;
