@@ -32,20 +32,25 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
     }
 }
 
-/// One delivery: skipped if nobody waits any more, dropped when its token fires.
+/// One delivery: skipped if nobody waits any more; dropped when the dispatcher stops waiting
+/// (the hook timed out, or the turn was cancelled), which it learns from the reply slot.
 async fn serve_delivery(hook: Arc<dyn Hook>, delivery: Delivery) {
     let Delivery { cx, reply } = delivery;
-    if reply.as_ref().is_some_and(|r| r.is_closed()) {
-        return;
-    }
-    let cancel = cx.cancellation().clone();
-    tokio::select! {
-        biased;
-        _ = cancel.cancelled() => {}
-        answer = serve(hook.as_ref(), &cx) => {
-            if let Some(slot) = reply {
-                slot.answer(answer);
+    match reply {
+        Some(mut slot) => {
+            if slot.is_closed() {
+                return;
             }
+            tokio::select! {
+                biased;
+                _ = slot.closed() => {}
+                answer = serve(hook.as_ref(), &cx) => {
+                    slot.answer(answer);
+                }
+            }
+        }
+        None => {
+            let _ = serve(hook.as_ref(), &cx).await;
         }
     }
 }
@@ -61,10 +66,13 @@ pub(crate) async fn run_hook_actor(
     let limit = max_concurrency.unwrap_or(usize::MAX);
     let mut inflight = FuturesUnordered::new();
     let mut open = true;
+    // Registered once: a fresh `cancelled()` per message would take the token's lock each time.
+    let killed = kill.cancelled();
+    tokio::pin!(killed);
     while open || !inflight.is_empty() {
         tokio::select! {
             biased;
-            _ = kill.cancelled() => return,
+            _ = &mut killed => return,
             Some(()) = inflight.next(), if !inflight.is_empty() => {}
             msg = rx.recv(), if open && inflight.len() < limit => match msg {
                 Some(delivery) => inflight.push(serve_delivery(hook.clone(), delivery)),

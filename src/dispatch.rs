@@ -11,19 +11,24 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 
 use crate::action::{Action, Reply};
 use crate::bus::BusInner;
 use crate::event::{now_ms, Envelope, Event, EventKind, SessionEnd};
 use crate::hook::HookCx;
-use crate::mailbox::{Delivery, Failure, ObserverMsg, ReplySlot};
+use crate::mailbox::{Answer, Delivery, Failure, ObserverMsg, ReplySlot};
 use crate::outcome::{blocks_chain, fold, Answered, Outcome, RunStatus};
 use crate::registry::{HookEntry, Snapshot, Target};
 use crate::session::SessionShared;
@@ -50,6 +55,10 @@ pub(crate) struct Dispatcher {
     pub bus: Arc<BusInner>,
     seq: u64,
     closed: bool,
+    /// One timer for every parallel join of this session, pushed forward per dispatch: moving a
+    /// registered timer later costs no new registration (and no wake-up of the time driver),
+    /// where a fresh timer per hook call would cost both.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl Dispatcher {
@@ -59,6 +68,7 @@ impl Dispatcher {
             bus,
             seq: 0,
             closed: false,
+            timer: None,
         }
     }
 
@@ -98,7 +108,7 @@ impl Dispatcher {
                 Event::SessionEnd(SessionEnd { reason }) => reason.clone(),
                 _ => String::new(),
             };
-            return self.close(&reason, turn, step).await;
+            return Box::pin(self.close(&reason, turn, step)).await;
         }
         let env = self.envelope(event, turn, step);
         let snapshot = self.snapshot();
@@ -107,9 +117,14 @@ impl Dispatcher {
             .events_dispatched
             .fetch_add(1, Ordering::Relaxed);
         let cancel = self.shared.turn_token();
+        let mut timer = self
+            .timer
+            .take()
+            .unwrap_or_else(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
         let observe = self.notify_observers(&snapshot, &env, &cancel);
-        let gates = self.run_gates(&snapshot, &env, &cancel);
+        let gates = self.run_gates(&snapshot, &env, &cancel, &mut timer);
         let ((), outcome) = tokio::join!(observe, gates);
+        self.timer = Some(timer);
         outcome
     }
 
@@ -209,6 +224,7 @@ impl Dispatcher {
         snapshot: &Snapshot,
         env: &Arc<Envelope>,
         cancel: &CancellationToken,
+        timer: &mut Pin<Box<Sleep>>,
     ) -> Outcome {
         let matched = matching(snapshot, env);
         if matched.is_empty() {
@@ -219,17 +235,244 @@ impl Dispatcher {
         let chained = sequential
             || (snapshot.has_deps && matched.iter().any(|&i| !snapshot.deps[i].is_empty()));
         let runs = if !chained {
-            join_all(
-                matched
-                    .iter()
-                    .map(|&i| self.call(&snapshot.hooks[i], env.clone(), cancel, None)),
-            )
-            .await
-        } else {
-            self.run_chains(snapshot, env, &matched, sequential, cancel)
+            self.run_parallel(snapshot, env, &matched, cancel, timer)
                 .await
+        } else {
+            // Boxed: chains are the rare path; they should not grow the parallel one.
+            Box::pin(self.run_chains(snapshot, env, &matched, sequential, cancel)).await
         };
         self.fold(snapshot, env, &matched, runs)
+    }
+
+    /// Runs independent hooks together (ORD-2) in one join on this task: actor hooks are sent
+    /// their delivery at once and awaited on their reply slots, inline hooks are polled here.
+    /// One timer serves every deadline; a hook past its deadline is dropped (its reply slot
+    /// closes, so its actor drops the call) and recorded as timed out; a cancelled turn ends
+    /// the wait for every hook still running. The hooks share one cancellation token, a child of
+    /// the turn's, which fires when a hook timed out or the turn was cancelled.
+    async fn run_parallel(
+        &self,
+        snapshot: &Snapshot,
+        env: &Arc<Envelope>,
+        matched: &[usize],
+        cancel: &CancellationToken,
+        timer: &mut Pin<Box<Sleep>>,
+    ) -> Vec<Run> {
+        let started = Instant::now();
+        let token = cancel.child_token();
+        let mut runs: Vec<Option<Run>> = Vec::with_capacity(matched.len());
+        let mut flights: Vec<InFlight> = Vec::with_capacity(matched.len());
+        let mut pending = 0;
+        for &i in matched {
+            let entry = &snapshot.hooks[i];
+            match self.start(entry, env, &token) {
+                Ok(flight) => {
+                    pending += 1;
+                    flights.push(flight);
+                    runs.push(None);
+                }
+                Err(run) => {
+                    flights.push(InFlight::Done);
+                    runs.push(Some(run));
+                }
+            }
+        }
+        if pending > 0 {
+            let deadline = |k: usize| started + snapshot.hooks[matched[k]].timeout;
+            let first = (0..matched.len())
+                .filter(|&k| runs[k].is_none())
+                .map(deadline)
+                .min()
+                .unwrap_or(started);
+            timer.as_mut().reset(first);
+            let turn_cancelled = cancel.cancelled();
+            tokio::pin!(turn_cancelled);
+            let mut interrupted = false;
+            std::future::poll_fn(|cx| {
+                for (k, flight) in flights.iter_mut().enumerate() {
+                    if let Poll::Ready(answer) = flight.poll(cx) {
+                        *flight = InFlight::Done;
+                        pending -= 1;
+                        let entry = &snapshot.hooks[matched[k]];
+                        runs[k] = Some(self.finish(entry, env, answer, started.elapsed()));
+                    }
+                }
+                if pending == 0 {
+                    return Poll::Ready(());
+                }
+                if turn_cancelled.as_mut().poll(cx).is_ready() {
+                    interrupted = true;
+                    for (k, flight) in flights.iter_mut().enumerate() {
+                        if !matches!(flight, InFlight::Done) {
+                            *flight = InFlight::Done;
+                            runs[k] = Some(Run {
+                                status: RunStatus::Cancelled,
+                                reply: None,
+                                elapsed: started.elapsed(),
+                            });
+                        }
+                    }
+                    return Poll::Ready(());
+                }
+                while timer.as_mut().poll(cx).is_ready() {
+                    let now = Instant::now();
+                    let mut next: Option<Instant> = None;
+                    for (k, flight) in flights.iter_mut().enumerate() {
+                        if matches!(flight, InFlight::Done) {
+                            continue;
+                        }
+                        if deadline(k) <= now {
+                            *flight = InFlight::Done;
+                            pending -= 1;
+                            let entry = &snapshot.hooks[matched[k]];
+                            runs[k] = Some(self.timed_out(entry, env, started.elapsed()));
+                        } else {
+                            next = Some(next.map_or(deadline(k), |n| n.min(deadline(k))));
+                        }
+                    }
+                    match next {
+                        Some(at) => timer.as_mut().reset(at),
+                        None => return Poll::Ready(()),
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+            if interrupted
+                || runs
+                    .iter()
+                    .flatten()
+                    .any(|r| r.status == RunStatus::TimedOut)
+            {
+                token.cancel();
+            }
+        }
+        runs.into_iter()
+            .map(|r| {
+                r.unwrap_or(Run {
+                    status: RunStatus::ReplyDropped,
+                    reply: None,
+                    elapsed: Duration::ZERO,
+                })
+            })
+            .collect()
+    }
+
+    /// Starts one hook call of a parallel join, or says at once why it did not start.
+    fn start(
+        &self,
+        entry: &Arc<HookEntry>,
+        env: &Arc<Envelope>,
+        token: &CancellationToken,
+    ) -> Result<InFlight, Run> {
+        let metrics = &self.bus.metrics;
+        if !entry.breaker_admits() {
+            metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
+            return Err(Run {
+                status: RunStatus::SkippedCircuitOpen,
+                reply: None,
+                elapsed: Duration::ZERO,
+            });
+        }
+        metrics.hook_calls.fetch_add(1, Ordering::Relaxed);
+        entry.calls.fetch_add(1, Ordering::Relaxed);
+        let cx = HookCx::new(env.clone(), self.shared.scratchpad.clone(), token.clone());
+        match &entry.target {
+            Target::Actor(tx) => {
+                let (slot, rx) = ReplySlot::new();
+                let delivery = Delivery {
+                    cx,
+                    reply: Some(slot),
+                };
+                match tx.try_send(delivery) {
+                    Ok(()) => Ok(InFlight::Reply(rx)),
+                    // A full mailbox: wait for room within the hook's deadline.
+                    Err(mpsc::error::TrySendError::Full(delivery)) => {
+                        let tx = tx.clone();
+                        Ok(InFlight::Queued(Box::pin(async move {
+                            tx.send(delivery).await.ok()?;
+                            rx.await.ok()
+                        })))
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => Ok(InFlight::Ready(Some(Err(
+                        Failure::Error("the hook's mailbox is closed".into()),
+                    )))),
+                }
+            }
+            Target::Inline(hook) => {
+                let hook = hook.clone();
+                let entry = entry.clone();
+                Ok(InFlight::Inline(Box::pin(async move {
+                    let _permit = match &entry.inline_limit {
+                        Some(sem) => sem.acquire().await.ok(),
+                        None => None,
+                    };
+                    crate::actor::serve(hook.as_ref(), &cx).await
+                })))
+            }
+        }
+    }
+
+    /// Classifies an answer (or its absence) and records failures.
+    fn finish(
+        &self,
+        entry: &HookEntry,
+        env: &Envelope,
+        answer: Option<Answer>,
+        elapsed: Duration,
+    ) -> Run {
+        let metrics = &self.bus.metrics;
+        let (status, reply) = match answer {
+            None => {
+                metrics.hook_reply_dropped.fetch_add(1, Ordering::Relaxed);
+                (RunStatus::ReplyDropped, None)
+            }
+            Some(Ok(reply)) => (RunStatus::Answered, Some(reply)),
+            Some(Err(Failure::Error(e))) => {
+                metrics.hook_errors.fetch_add(1, Ordering::Relaxed);
+                (RunStatus::Failed(e), None)
+            }
+            Some(Err(Failure::Panic(p))) => {
+                metrics.hook_panics.fetch_add(1, Ordering::Relaxed);
+                (RunStatus::Panicked(p), None)
+            }
+        };
+        self.record(entry, env, &status);
+        Run {
+            status,
+            reply,
+            elapsed,
+        }
+    }
+
+    fn timed_out(&self, entry: &HookEntry, env: &Envelope, elapsed: Duration) -> Run {
+        self.bus
+            .metrics
+            .hook_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        let status = RunStatus::TimedOut;
+        self.record(entry, env, &status);
+        Run {
+            status,
+            reply: None,
+            elapsed,
+        }
+    }
+
+    /// Feeds the circuit breaker; counts and logs a failure (FL-6).
+    fn record(&self, entry: &HookEntry, env: &Envelope, status: &RunStatus) {
+        let failed = status.is_failure();
+        entry.breaker_record(failed);
+        if failed {
+            self.bus.metrics.record_hook_failure(&entry.name);
+            tracing::warn!(
+                hook = %entry.name,
+                event = %env.kind(),
+                session = %env.session_id,
+                status = ?status,
+                "hook failed"
+            );
+        }
     }
 
     /// Runs hooks with dependencies: a hook starts when the hooks it runs after have answered,
@@ -331,7 +574,7 @@ impl Dispatcher {
             .map(|(&i, run)| {
                 let entry = &snapshot.hooks[i];
                 Answered {
-                    hook: &entry.name,
+                    hook: &entry.label,
                     policy: entry.options.failure,
                     timeout: entry.timeout,
                     status: run.status,
@@ -402,42 +645,38 @@ impl Dispatcher {
             }
         };
         let elapsed = started.elapsed();
-        let (status, reply) = match answer {
+        match answer {
             Err(_) => {
                 token.cancel();
-                metrics.hook_timeouts.fetch_add(1, Ordering::Relaxed);
-                (RunStatus::TimedOut, None)
+                self.timed_out(entry, &env, elapsed)
             }
-            Ok(None) => {
-                metrics.hook_reply_dropped.fetch_add(1, Ordering::Relaxed);
-                (RunStatus::ReplyDropped, None)
-            }
-            Ok(Some(Ok(reply))) => (RunStatus::Answered, Some(reply)),
-            Ok(Some(Err(Failure::Error(e)))) => {
-                metrics.hook_errors.fetch_add(1, Ordering::Relaxed);
-                (RunStatus::Failed(e), None)
-            }
-            Ok(Some(Err(Failure::Panic(p)))) => {
-                metrics.hook_panics.fetch_add(1, Ordering::Relaxed);
-                (RunStatus::Panicked(p), None)
-            }
-        };
-        let failed = status.is_failure();
-        entry.breaker_record(failed);
-        if failed {
-            metrics.record_hook_failure(&entry.name);
-            tracing::warn!(
-                hook = %entry.name,
-                event = %env.kind(),
-                session = %env.session_id,
-                status = ?status,
-                "hook failed"
-            );
+            Ok(answer) => self.finish(entry, &env, answer, elapsed),
         }
-        Run {
-            status,
-            reply,
-            elapsed,
+    }
+}
+
+/// One hook call in flight in a parallel join.
+enum InFlight {
+    /// An actor hook: the answer comes through its reply slot.
+    Reply(oneshot::Receiver<Answer>),
+    /// The actor's mailbox was full: waiting for room, then for the reply.
+    Queued(Pin<Box<dyn Future<Output = Option<Answer>> + Send>>),
+    /// An inline hook, polled on the dispatcher's task.
+    Inline(Pin<Box<dyn Future<Output = Answer> + Send>>),
+    /// Known at once (a closed mailbox).
+    Ready(Option<Answer>),
+    /// Finished, timed out or cancelled: nothing left to poll.
+    Done,
+}
+
+impl InFlight {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Answer>> {
+        match self {
+            InFlight::Reply(rx) => Pin::new(rx).poll(cx).map(Result::ok),
+            InFlight::Queued(f) => f.as_mut().poll(cx),
+            InFlight::Inline(f) => f.as_mut().poll(cx).map(Some),
+            InFlight::Ready(answer) => Poll::Ready(answer.take()),
+            InFlight::Done => Poll::Pending,
         }
     }
 }

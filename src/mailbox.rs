@@ -51,6 +51,11 @@ impl ReplySlot {
         self.tx.is_closed()
     }
 
+    /// Resolves when the dispatcher stops waiting for this answer.
+    pub async fn closed(&mut self) {
+        self.tx.closed().await;
+    }
+
     pub(crate) fn answer(self, answer: Answer) -> bool {
         self.tx.send(answer).is_ok()
     }

@@ -193,10 +193,16 @@ pub(crate) async fn run_observer_actor(
     metrics: Arc<RuntimeMetrics>,
     kill: CancellationToken,
 ) {
+    // Registered once: a fresh `cancelled()` per message would take the token's lock each time.
+    let killed = kill.cancelled();
+    tokio::pin!(killed);
+    // One timer for the actor's life, pushed forward per event (no new registration).
+    let timer = tokio::time::sleep(timeout);
+    tokio::pin!(timer);
     loop {
         let msg = tokio::select! {
             biased;
-            _ = kill.cancelled() => return,
+            _ = &mut killed => return,
             msg = rx.recv() => msg,
         };
         match msg {
@@ -207,10 +213,12 @@ pub(crate) async fn run_observer_actor(
             Some(ObserverMsg::Event(delivery)) => {
                 let env = delivery.envelope().clone();
                 let call = AssertUnwindSafe(observer.on_event(&env)).catch_unwind();
+                timer.as_mut().reset(tokio::time::Instant::now() + timeout);
                 let result = tokio::select! {
                     biased;
-                    _ = kill.cancelled() => return,
-                    result = tokio::time::timeout(timeout, call) => result,
+                    _ = &mut killed => return,
+                    result = call => Ok(result),
+                    _ = &mut timer => Err(()),
                 };
                 match result {
                     Ok(Ok(())) => {

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -100,6 +101,8 @@ pub enum RunStatus {
     SkippedCircuitOpen,
     /// It was not called: the SessionEnd grace period was spent.
     SkippedGraceExpired,
+    /// The turn was cancelled while it ran; the dispatcher stopped waiting and its token fired.
+    Cancelled,
 }
 
 impl RunStatus {
@@ -111,6 +114,7 @@ impl RunStatus {
                 | RunStatus::Panicked(_)
                 | RunStatus::TimedOut
                 | RunStatus::ReplyDropped
+                | RunStatus::Cancelled
         )
     }
     fn describe(&self, timeout: Duration) -> String {
@@ -123,6 +127,7 @@ impl RunStatus {
             RunStatus::SkippedDependencyBlocked => "skipped: a hook it runs after blocked".into(),
             RunStatus::SkippedCircuitOpen => "skipped: circuit breaker open".into(),
             RunStatus::SkippedGraceExpired => "skipped: SessionEnd grace period spent".into(),
+            RunStatus::Cancelled => "cancelled with the turn".into(),
         }
     }
 }
@@ -131,7 +136,7 @@ impl RunStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HookRun {
     /// The hook's name.
-    pub hook: String,
+    pub hook: Arc<str>,
     /// How it ended.
     pub status: RunStatus,
     /// Time from dispatch to answer.
@@ -192,7 +197,7 @@ impl Outcome {
 
 /// What the fold needs to know about one hook's call.
 pub(crate) struct Answered<'a> {
-    pub hook: &'a str,
+    pub hook: &'a Arc<str>,
     pub policy: FailurePolicy,
     pub timeout: Duration,
     pub status: RunStatus,
@@ -279,7 +284,7 @@ pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> (Ou
     let mut seen_contexts: HashSet<String> = HashSet::new();
     for a in answers {
         out.runs.push(HookRun {
-            hook: a.hook.to_owned(),
+            hook: a.hook.clone(),
             status: a.status.clone(),
             elapsed: a.elapsed,
         });
@@ -295,26 +300,26 @@ pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> (Ou
                 decided.push((
                     d,
                     Attributed {
-                        hook: a.hook.to_owned(),
+                        hook: a.hook.to_string(),
                         value: format!("{what} (fail-closed)"),
                     },
                 ));
             }
             out.warnings.push(Attributed {
-                hook: a.hook.to_owned(),
+                hook: a.hook.to_string(),
                 value: what,
             });
             continue;
         }
         let Some(reply) = a.reply else { continue };
         let attributed = |value: String| Attributed {
-            hook: a.hook.to_owned(),
+            hook: a.hook.to_string(),
             value,
         };
         for text in reply.extras.context {
             if seen_contexts.insert(text.clone()) {
                 out.contexts.push(TaggedContext {
-                    hook: a.hook.to_owned(),
+                    hook: a.hook.to_string(),
                     event: kind,
                     text,
                 });
@@ -328,7 +333,7 @@ pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> (Ou
         }
         for (k, v) in reply.extras.metadata {
             out.metadata.push(Attributed {
-                hook: a.hook.to_owned(),
+                hook: a.hook.to_string(),
                 value: (k, v),
             });
         }

@@ -39,6 +39,8 @@ pub(crate) struct Breaker {
 /// A registered hook.
 pub(crate) struct HookEntry {
     pub name: String,
+    /// The name again, shared: every run of the hook reports it without a copy.
+    pub label: Arc<str>,
     pub seq: u64,
     pub options: HookOptions,
     pub timeout: Duration,
@@ -63,6 +65,7 @@ impl HookEntry {
             _ => None,
         };
         Self {
+            label: Arc::from(name.as_str()),
             name,
             seq,
             options,

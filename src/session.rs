@@ -138,16 +138,19 @@ pub(crate) async fn run_session_actor(
     mut rx: mpsc::Receiver<SessionMsg>,
     kill: CancellationToken,
 ) {
+    // Registered once: a fresh `cancelled()` per message would take the token's lock each time.
+    let killed = kill.cancelled();
+    tokio::pin!(killed);
     loop {
         let msg = tokio::select! {
             biased;
-            _ = kill.cancelled() => return,
+            _ = &mut killed => return,
             msg = rx.recv() => msg,
         };
         // The kill switch also interrupts a message in progress, so shutdown keeps its deadline.
         let finished = tokio::select! {
             biased;
-            _ = kill.cancelled() => true,
+            _ = &mut killed => true,
             finished = serve(&mut dispatcher, msg) => finished,
         };
         if finished {
@@ -175,12 +178,13 @@ async fn serve(dispatcher: &mut Dispatcher, msg: Option<SessionMsg>) -> bool {
             step,
             reply,
         }) => {
-            let outcome = dispatcher.close(&reason, turn, step).await;
+            // Boxed: the rare path should not grow the hot dispatch future.
+            let outcome = Box::pin(dispatcher.close(&reason, turn, step)).await;
             let _ = reply.send(outcome);
             true
         }
         None => {
-            dispatcher.close("other", 0, 0).await;
+            Box::pin(dispatcher.close("other", 0, 0)).await;
             true
         }
     }
