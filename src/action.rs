@@ -217,6 +217,32 @@ impl Action {
     }
 }
 
+impl Reply {
+    /// Whether folding this reply on `kind` would change nothing: an action without effect that
+    /// fits the event, and no extras. The runtime then carries no reply at all.
+    pub(crate) fn is_noop_for(&self, kind: EventKind) -> bool {
+        let action = match &self.action {
+            Action::Continue | Action::Gate(GateAction::Continue) => true,
+            Action::PreToolUse(a) => {
+                a.decision == ToolDecision::Continue
+                    && a.reason.is_none()
+                    && a.updated_input.is_none()
+            }
+            Action::PostToolUse(a) => a.replace_output.is_none() && a.block_reason.is_none(),
+            Action::Permission(PermissionAction::Continue) => true,
+            _ => false,
+        };
+        let e = &self.extras;
+        action
+            && self.action.fits(kind)
+            && e.context.is_empty()
+            && e.system_message.is_none()
+            && e.metadata.is_empty()
+            && e.stop.is_none()
+            && e.warnings.is_empty()
+    }
+}
+
 impl From<PreToolUseAction> for Action {
     fn from(a: PreToolUseAction) -> Self {
         Action::PreToolUse(a)

@@ -5,20 +5,58 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::future::CatchUnwind;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use crate::hook::{call_hook, Hook, HookCx};
+use crate::event::EventKind;
+use crate::hook::{call_hook, CallHook, Hook, HookCx};
+use crate::kill::KillWatch;
 use crate::mailbox::{Answer, Delivery, Failure};
+
+/// One hook call with its panics caught. `Unpin` and allocation-free beyond the hook's own
+/// future, so the dispatcher can poll an inline hook in place.
+pub(crate) struct Serving<'a> {
+    call: CatchUnwind<AssertUnwindSafe<CallHook<'a>>>,
+    kind: EventKind,
+}
+
+impl Future for Serving<'_> {
+    type Output = Answer;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        let kind = self.kind;
+        Pin::new(&mut self.call)
+            .poll(cx)
+            .map(|result| match result {
+                Ok(Ok(reply)) if reply.is_noop_for(kind) => Ok(None),
+                Ok(Ok(reply)) => Ok(Some(Box::new(reply))),
+                Ok(Err(e)) => Err(Failure::Error(e.to_string())),
+                Err(panic) => Err(Failure::Panic(panic_message(panic.as_ref()))),
+            })
+    }
+}
+
+/// Starts the call of `hook` for the event in `cx`; a panic while starting it is a failure.
+pub(crate) fn serving<'a>(hook: &'a dyn Hook, cx: &'a HookCx) -> Result<Serving<'a>, Failure> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| call_hook(hook, cx)))
+        .map(|call| Serving {
+            call: AssertUnwindSafe(call).catch_unwind(),
+            kind: cx.envelope().kind(),
+        })
+        .map_err(|panic| Failure::Panic(panic_message(panic.as_ref())))
+}
 
 /// Runs `hook` for the event in `cx`, turning a panic into a [`Failure`].
 pub(crate) async fn serve(hook: &dyn Hook, cx: &HookCx) -> Answer {
-    match AssertUnwindSafe(call_hook(hook, cx)).catch_unwind().await {
-        Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(e)) => Err(Failure::Error(e.to_string())),
-        Err(panic) => Err(Failure::Panic(panic_message(panic.as_ref()))),
+    match serving(hook, cx) {
+        Ok(call) => call.await,
+        Err(failure) => Err(failure),
     }
 }
 
@@ -56,28 +94,42 @@ async fn serve_delivery(hook: Arc<dyn Hook>, delivery: Delivery) {
 }
 
 /// The actor loop. Ends when `kill` fires, or when every sender is gone and the in-flight calls
-/// have finished (ACT-5).
+/// have finished (ACT-5). A delivery is polled once as it arrives; only a call that does not
+/// finish at once joins the in-flight set, so a quick hook costs one turn of the loop.
 pub(crate) async fn run_hook_actor(
     hook: Arc<dyn Hook>,
     mut rx: mpsc::Receiver<Delivery>,
     max_concurrency: Option<usize>,
-    kill: CancellationToken,
+    mut kill: KillWatch,
 ) {
     let limit = max_concurrency.unwrap_or(usize::MAX);
     let mut inflight = FuturesUnordered::new();
     let mut open = true;
-    // Registered once: a fresh `cancelled()` per message would take the token's lock each time.
-    let killed = kill.cancelled();
-    tokio::pin!(killed);
-    while open || !inflight.is_empty() {
-        tokio::select! {
-            biased;
-            _ = &mut killed => return,
-            Some(()) = inflight.next(), if !inflight.is_empty() => {}
-            msg = rx.recv(), if open && inflight.len() < limit => match msg {
-                Some(delivery) => inflight.push(serve_delivery(hook.clone(), delivery)),
-                None => open = false,
-            },
+    std::future::poll_fn(|cx| loop {
+        if kill.poll_fired(cx).is_ready() {
+            return Poll::Ready(());
         }
-    }
+        while let Poll::Ready(Some(())) = inflight.poll_next_unpin(cx) {}
+        if open && inflight.len() < limit {
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(delivery)) => {
+                    let mut call = Box::pin(serve_delivery(hook.clone(), delivery));
+                    if call.as_mut().poll(cx).is_pending() {
+                        inflight.push(call);
+                    }
+                    continue;
+                }
+                Poll::Ready(None) => {
+                    open = false;
+                    continue;
+                }
+                Poll::Pending => {}
+            }
+        }
+        if !open && inflight.is_empty() {
+            return Poll::Ready(());
+        }
+        return Poll::Pending;
+    })
+    .await
 }

@@ -9,7 +9,6 @@ use arc_swap::ArcSwap;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::actor::run_hook_actor;
@@ -17,6 +16,7 @@ use crate::dispatch::Dispatcher;
 use crate::error::Error;
 use crate::event::EventKind;
 use crate::hook::{Hook, HookOptions};
+use crate::kill::KillSwitch;
 use crate::mailbox::Mailbox;
 use crate::metrics::{MetricsSnapshot, RuntimeMetrics};
 use crate::observer::{run_observer_actor, Observer, ObserverEntry, ObserverOptions};
@@ -96,15 +96,11 @@ impl BusBuilder {
         let sessions = Arc::new(DashMap::new());
         let (registry_tx, registry_rx) = mpsc::channel(64);
         let tracker = TaskTracker::new();
-        let kill = CancellationToken::new();
+        let kill = KillSwitch::default();
         let registry = Registry::new(published.clone(), sessions.clone());
-        let registry_kill = kill.clone();
+        let mut registry_kill = kill.watch();
         tracker.spawn(async move {
-            tokio::select! {
-                biased;
-                _ = registry_kill.cancelled() => {}
-                _ = registry.run(registry_rx) => {}
-            }
+            registry_kill.guard(registry.run(registry_rx)).await;
         });
         Bus {
             inner: Arc::new(BusInner {
@@ -130,7 +126,7 @@ pub(crate) struct BusInner {
     pub sessions: Arc<DashMap<String, Arc<SessionShared>>>,
     pub metrics: Arc<RuntimeMetrics>,
     pub tracker: TaskTracker,
-    pub kill: CancellationToken,
+    pub kill: KillSwitch,
     shutting_down: AtomicBool,
     next_seq: AtomicU64,
     next_session: AtomicU64,
@@ -272,7 +268,7 @@ impl Bus {
             rx,
             options.timeout,
             self.inner.metrics.clone(),
-            self.inner.kill.clone(),
+            self.inner.kill.watch(),
         ));
         self.inner
             .registry(|r| RegistryMsg::AddObserver(entry, r))
@@ -302,7 +298,7 @@ impl Bus {
         *shared.mailbox.lock() = Some(tx.downgrade());
         self.inner
             .tracker
-            .spawn(run_session_actor(dispatcher, rx, self.inner.kill.clone()));
+            .spawn(run_session_actor(dispatcher, rx, self.inner.kill.watch()));
         Ok(Session {
             shared,
             tx,
@@ -315,13 +311,9 @@ impl Bus {
         &self,
         actor: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let kill = self.inner.kill.clone();
+        let mut kill = self.inner.kill.watch();
         self.inner.tracker.spawn(async move {
-            tokio::select! {
-                biased;
-                _ = kill.cancelled() => {}
-                _ = actor => {}
-            }
+            kill.guard(actor).await;
         });
     }
 
@@ -399,7 +391,7 @@ impl Bus {
             .is_err()
         {
             killed = true;
-            self.inner.kill.cancel();
+            self.inner.kill.fire();
             self.inner.tracker.wait().await;
         }
         let metrics = self.inner.metrics.snapshot();
@@ -430,7 +422,7 @@ impl Bus {
                 hook.clone(),
                 rx,
                 options.max_concurrency,
-                self.inner.kill.clone(),
+                self.inner.kill.watch(),
             ));
             Target::Actor(tx)
         };

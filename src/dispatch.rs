@@ -7,7 +7,7 @@
 //! filters (no message to a hook that does not match), enqueues the event for observers, runs the
 //! hooks in parallel (or as `after` chains / sequentially), and folds the answers in fold order.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,15 +19,17 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use serde_json::Value;
+use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 
 use crate::action::{Action, Reply};
+use crate::actor::Serving;
 use crate::bus::BusInner;
 use crate::event::{now_ms, Envelope, Event, EventKind, SessionEnd};
-use crate::hook::HookCx;
+use crate::hook::{Hook, HookCx};
 use crate::mailbox::{Answer, Delivery, Failure, ObserverMsg, ReplySlot};
 use crate::outcome::{blocks_chain, fold, Answered, Outcome, RunStatus};
 use crate::registry::{HookEntry, Snapshot, Target};
@@ -36,7 +38,8 @@ use crate::session::SessionShared;
 /// One hook's call, before folding.
 struct Run {
     status: RunStatus,
-    reply: Option<Reply>,
+    /// `None` also when the hook answered with a reply that changes nothing.
+    reply: Option<Box<Reply>>,
     elapsed: Duration,
 }
 
@@ -59,6 +62,11 @@ pub(crate) struct Dispatcher {
     /// registered timer later costs no new registration (and no wake-up of the time driver),
     /// where a fresh timer per hook call would cost both.
     timer: Option<Pin<Box<Sleep>>>,
+    /// The token hook calls get: a child of the turn's, reused from dispatch to dispatch until
+    /// the turn changes or it fired (a hook timed out), so a dispatch usually creates none.
+    hook_token: Option<(u64, Arc<CancellationToken>)>,
+    /// Set when `hook_token` fired.
+    hook_token_spent: AtomicBool,
 }
 
 impl Dispatcher {
@@ -69,6 +77,8 @@ impl Dispatcher {
             seq: 0,
             closed: false,
             timer: None,
+            hook_token: None,
+            hook_token_spent: AtomicBool::new(false),
         }
     }
 
@@ -116,14 +126,29 @@ impl Dispatcher {
             .metrics
             .events_dispatched
             .fetch_add(1, Ordering::Relaxed);
-        let cancel = self.shared.turn_token();
+        let (cancel, epoch) = self.shared.turn();
+        let token = match self.hook_token.take() {
+            Some((e, t)) if e == epoch && !*self.hook_token_spent.get_mut() => t,
+            _ => {
+                *self.hook_token_spent.get_mut() = false;
+                Arc::new(cancel.child_token())
+            }
+        };
+        self.hook_token = Some((epoch, token.clone()));
         let mut timer = self
             .timer
             .take()
             .unwrap_or_else(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
-        let observe = self.notify_observers(&snapshot, &env, &cancel);
-        let gates = self.run_gates(&snapshot, &env, &cancel, &mut timer);
-        let ((), outcome) = tokio::join!(observe, gates);
+        let gates = self.run_gates(&snapshot, &env, (&cancel, epoch, &token), &mut timer);
+        // Observers are enqueued beside the gates (a full mailbox must not delay them); with
+        // none subscribed there is nothing to join.
+        let outcome = if snapshot.obs_by_event[env.kind().index()].is_empty() {
+            gates.await
+        } else {
+            let observe = self.notify_observers(&snapshot, &env, &cancel);
+            let ((), outcome) = tokio::join!(observe, gates);
+            outcome
+        };
         self.timer = Some(timer);
         outcome
     }
@@ -150,7 +175,7 @@ impl Dispatcher {
             .metrics
             .events_dispatched
             .fetch_add(1, Ordering::Relaxed);
-        let cancel = CancellationToken::new();
+        let cancel = Arc::new(CancellationToken::new());
         self.notify_observers(&snapshot, &env, &cancel).await;
         let matched = matching(&snapshot, &env);
         let mut runs = Vec::with_capacity(matched.len());
@@ -203,7 +228,7 @@ impl Dispatcher {
         &self,
         snapshot: &Snapshot,
         env: &Arc<Envelope>,
-        cancel: &CancellationToken,
+        cancel: &Arc<CancellationToken>,
     ) {
         let indices = &snapshot.obs_by_event[env.kind().index()];
         for &i in indices {
@@ -223,7 +248,7 @@ impl Dispatcher {
         &self,
         snapshot: &Snapshot,
         env: &Arc<Envelope>,
-        cancel: &CancellationToken,
+        (cancel, epoch, token): (&CancellationToken, u64, &Arc<CancellationToken>),
         timer: &mut Pin<Box<Sleep>>,
     ) -> Outcome {
         let matched = matching(snapshot, env);
@@ -235,7 +260,7 @@ impl Dispatcher {
         let chained = sequential
             || (snapshot.has_deps && matched.iter().any(|&i| !snapshot.deps[i].is_empty()));
         let runs = if !chained {
-            self.run_parallel(snapshot, env, &matched, cancel, timer)
+            self.run_parallel(snapshot, env, &matched, (cancel, epoch, token), timer)
                 .await
         } else {
             // Boxed: chains are the rare path; they should not grow the parallel one.
@@ -255,25 +280,42 @@ impl Dispatcher {
         snapshot: &Snapshot,
         env: &Arc<Envelope>,
         matched: &[usize],
-        cancel: &CancellationToken,
+        (cancel, epoch, token): (&CancellationToken, u64, &Arc<CancellationToken>),
         timer: &mut Pin<Box<Sleep>>,
     ) -> Vec<Run> {
         let started = Instant::now();
-        let token = cancel.child_token();
+        // Inline hooks borrow their context from here while they run on this task.
+        let inline_cxs: SmallVec<[HookCx; 4]> = matched
+            .iter()
+            .filter(|&&i| matches!(snapshot.hooks[i].target, Target::Inline(_)))
+            .map(|_| self.cx(env, token))
+            .collect();
+        let mut inline_cxs = inline_cxs.iter();
         let mut runs: Vec<Option<Run>> = Vec::with_capacity(matched.len());
-        let mut flights: Vec<InFlight> = Vec::with_capacity(matched.len());
+        let mut flights: SmallVec<[InFlight<'_>; 4]> = SmallVec::with_capacity(matched.len());
         let mut pending = 0;
         for &i in matched {
             let entry = &snapshot.hooks[i];
-            match self.start(entry, env, &token) {
+            let flight = match &entry.target {
+                Target::Inline(hook) => match inline_cxs.next() {
+                    Some(cx) => self.start_inline(entry, hook.as_ref(), cx),
+                    None => Err(RunStatus::ReplyDropped),
+                },
+                Target::Actor(tx) => self.start_actor(entry, tx, env, token),
+            };
+            match flight {
                 Ok(flight) => {
                     pending += 1;
                     flights.push(flight);
                     runs.push(None);
                 }
-                Err(run) => {
+                Err(status) => {
                     flights.push(InFlight::Done);
-                    runs.push(Some(run));
+                    runs.push(Some(Run {
+                        status,
+                        reply: None,
+                        elapsed: Duration::ZERO,
+                    }));
                 }
             }
         }
@@ -285,8 +327,10 @@ impl Dispatcher {
                 .min()
                 .unwrap_or(started);
             timer.as_mut().reset(first);
+            // Joined once (to be woken); later checks read the session's turn epoch.
             let turn_cancelled = cancel.cancelled();
             tokio::pin!(turn_cancelled);
+            let mut armed = false;
             let mut interrupted = false;
             std::future::poll_fn(|cx| {
                 for (k, flight) in flights.iter_mut().enumerate() {
@@ -300,7 +344,12 @@ impl Dispatcher {
                 if pending == 0 {
                     return Poll::Ready(());
                 }
-                if turn_cancelled.as_mut().poll(cx).is_ready() {
+                let cancelled = self.shared.turn_cancelled_since(epoch)
+                    || (!armed && {
+                        armed = true;
+                        turn_cancelled.as_mut().poll(cx).is_ready()
+                    });
+                if cancelled {
                     interrupted = true;
                     for (k, flight) in flights.iter_mut().enumerate() {
                         if !matches!(flight, InFlight::Done) {
@@ -338,6 +387,7 @@ impl Dispatcher {
                 Poll::Pending
             })
             .await;
+            drop(flights);
             if interrupted
                 || runs
                     .iter()
@@ -358,59 +408,71 @@ impl Dispatcher {
             .collect()
     }
 
-    /// Starts one hook call of a parallel join, or says at once why it did not start.
-    fn start(
-        &self,
-        entry: &Arc<HookEntry>,
-        env: &Arc<Envelope>,
-        token: &CancellationToken,
-    ) -> Result<InFlight, Run> {
+    fn cx(&self, env: &Arc<Envelope>, token: &Arc<CancellationToken>) -> HookCx {
+        HookCx::new(env.clone(), self.shared.scratchpad.clone(), token.clone())
+    }
+
+    /// Counts a call, or says it is skipped (open circuit).
+    fn admit(&self, entry: &HookEntry) -> Result<(), RunStatus> {
         let metrics = &self.bus.metrics;
         if !entry.breaker_admits() {
             metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
-            return Err(Run {
-                status: RunStatus::SkippedCircuitOpen,
-                reply: None,
-                elapsed: Duration::ZERO,
-            });
+            return Err(RunStatus::SkippedCircuitOpen);
         }
         metrics.hook_calls.fetch_add(1, Ordering::Relaxed);
         entry.calls.fetch_add(1, Ordering::Relaxed);
-        let cx = HookCx::new(env.clone(), self.shared.scratchpad.clone(), token.clone());
-        match &entry.target {
-            Target::Actor(tx) => {
-                let (slot, rx) = ReplySlot::new();
-                let delivery = Delivery {
-                    cx,
-                    reply: Some(slot),
-                };
-                match tx.try_send(delivery) {
-                    Ok(()) => Ok(InFlight::Reply(rx)),
-                    // A full mailbox: wait for room within the hook's deadline.
-                    Err(mpsc::error::TrySendError::Full(delivery)) => {
-                        let tx = tx.clone();
-                        Ok(InFlight::Queued(Box::pin(async move {
-                            tx.send(delivery).await.ok()?;
-                            rx.await.ok()
-                        })))
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => Ok(InFlight::Ready(Some(Err(
-                        Failure::Error("the hook's mailbox is closed".into()),
-                    )))),
-                }
+        Ok(())
+    }
+
+    /// Sends an actor hook its delivery.
+    fn start_actor(
+        &self,
+        entry: &HookEntry,
+        tx: &mpsc::Sender<Delivery>,
+        env: &Arc<Envelope>,
+        token: &Arc<CancellationToken>,
+    ) -> Result<InFlight<'static>, RunStatus> {
+        self.admit(entry)?;
+        let (slot, rx) = ReplySlot::new();
+        let delivery = Delivery {
+            cx: self.cx(env, token),
+            reply: Some(slot),
+        };
+        Ok(match tx.try_send(delivery) {
+            Ok(()) => InFlight::Reply(rx),
+            // A full mailbox: wait for room within the hook's deadline.
+            Err(mpsc::error::TrySendError::Full(delivery)) => {
+                let tx = tx.clone();
+                InFlight::Boxed(Box::pin(async move {
+                    tx.send(delivery).await.ok()?;
+                    rx.await.ok()
+                }))
             }
-            Target::Inline(hook) => {
-                let hook = hook.clone();
-                let entry = entry.clone();
-                Ok(InFlight::Inline(Box::pin(async move {
-                    let _permit = match &entry.inline_limit {
-                        Some(sem) => sem.acquire().await.ok(),
-                        None => None,
-                    };
-                    crate::actor::serve(hook.as_ref(), &cx).await
-                })))
-            }
-        }
+            Err(mpsc::error::TrySendError::Closed(_)) => InFlight::Ready(Some(Err(
+                Failure::Error("the hook's mailbox is closed".into()),
+            ))),
+        })
+    }
+
+    /// Starts an inline hook on this task.
+    fn start_inline<'a>(
+        &self,
+        entry: &'a HookEntry,
+        hook: &'a dyn Hook,
+        cx: &'a HookCx,
+    ) -> Result<InFlight<'a>, RunStatus> {
+        self.admit(entry)?;
+        Ok(match &entry.inline_limit {
+            // Limited concurrency: wait for a permit first (the rare case).
+            Some(limit) => InFlight::Boxed(Box::pin(async move {
+                let _permit = limit.acquire().await.ok();
+                Some(crate::actor::serve(hook, cx).await)
+            })),
+            None => match crate::actor::serving(hook, cx) {
+                Ok(call) => InFlight::Inline(call),
+                Err(failure) => InFlight::Ready(Some(Err(failure))),
+            },
+        })
     }
 
     /// Classifies an answer (or its absence) and records failures.
@@ -427,7 +489,7 @@ impl Dispatcher {
                 metrics.hook_reply_dropped.fetch_add(1, Ordering::Relaxed);
                 (RunStatus::ReplyDropped, None)
             }
-            Some(Ok(reply)) => (RunStatus::Answered, Some(reply)),
+            Some(Ok(reply)) => (RunStatus::Answered, reply),
             Some(Err(Failure::Error(e))) => {
                 metrics.hook_errors.fetch_add(1, Ordering::Relaxed);
                 (RunStatus::Failed(e), None)
@@ -520,7 +582,7 @@ impl Dispatcher {
                             || blocks_chain(
                                 kind,
                                 &r.status,
-                                r.reply.as_ref(),
+                                r.reply.as_deref(),
                                 entry.options.failure,
                             )
                     });
@@ -616,7 +678,7 @@ impl Dispatcher {
         metrics.hook_calls.fetch_add(1, Ordering::Relaxed);
         entry.calls.fetch_add(1, Ordering::Relaxed);
         let limit = budget.map_or(entry.timeout, |b| b.min(entry.timeout));
-        let token = parent.child_token();
+        let token = Arc::new(parent.child_token());
         let cx = HookCx::new(env.clone(), self.shared.scratchpad.clone(), token.clone());
         let answer = match &entry.target {
             Target::Actor(tx) => {
@@ -656,25 +718,25 @@ impl Dispatcher {
 }
 
 /// One hook call in flight in a parallel join.
-enum InFlight {
+enum InFlight<'a> {
     /// An actor hook: the answer comes through its reply slot.
     Reply(oneshot::Receiver<Answer>),
-    /// The actor's mailbox was full: waiting for room, then for the reply.
-    Queued(Pin<Box<dyn Future<Output = Option<Answer>> + Send>>),
-    /// An inline hook, polled on the dispatcher's task.
-    Inline(Pin<Box<dyn Future<Output = Answer> + Send>>),
-    /// Known at once (a closed mailbox).
+    /// An inline hook, polled in place on the dispatcher's task.
+    Inline(Serving<'a>),
+    /// A call that must wait first (a full mailbox, an inline concurrency limit).
+    Boxed(Pin<Box<dyn Future<Output = Option<Answer>> + Send + 'a>>),
+    /// Known at once (a closed mailbox, a panic while starting).
     Ready(Option<Answer>),
     /// Finished, timed out or cancelled: nothing left to poll.
     Done,
 }
 
-impl InFlight {
+impl InFlight<'_> {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Answer>> {
         match self {
             InFlight::Reply(rx) => Pin::new(rx).poll(cx).map(Result::ok),
-            InFlight::Queued(f) => f.as_mut().poll(cx),
-            InFlight::Inline(f) => f.as_mut().poll(cx).map(Some),
+            InFlight::Inline(call) => Pin::new(call).poll(cx).map(Some),
+            InFlight::Boxed(f) => f.as_mut().poll(cx),
             InFlight::Ready(answer) => Poll::Ready(answer.take()),
             InFlight::Done => Poll::Pending,
         }
@@ -682,7 +744,7 @@ impl InFlight {
 }
 
 /// Indices into the snapshot of the hooks that want this event, in fold order.
-fn matching(snapshot: &Snapshot, env: &Envelope) -> Vec<usize> {
+fn matching(snapshot: &Snapshot, env: &Envelope) -> SmallVec<[usize; 8]> {
     snapshot.by_event[env.kind().index()]
         .iter()
         .copied()

@@ -1,7 +1,10 @@
 //! The [`Hook`] trait (HK-1), what a hook declares about itself ([`HookOptions`]), and the
 //! context a hook method gets ([`HookCx`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -137,14 +140,15 @@ impl HookOptions {
 pub struct HookCx {
     envelope: Arc<Envelope>,
     scratchpad: Arc<Scratchpad>,
-    cancel: CancellationToken,
+    // Shared behind an `Arc`: cloning a `CancellationToken` itself takes the token tree's lock.
+    cancel: Arc<CancellationToken>,
 }
 
 impl HookCx {
     pub(crate) fn new(
         envelope: Arc<Envelope>,
         scratchpad: Arc<Scratchpad>,
-        cancel: CancellationToken,
+        cancel: Arc<CancellationToken>,
     ) -> Self {
         Self {
             envelope,
@@ -306,29 +310,63 @@ pub trait Hook: Send + Sync + 'static {
     }
 }
 
-/// Calls the method of `hook` that fits the event in `cx` and erases the action's type.
-pub(crate) async fn call_hook(hook: &dyn Hook, cx: &HookCx) -> Result<Reply, HookError> {
-    if hook.untyped() {
-        return hook.handle(cx).await;
+type HookFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The call of one hook method, with the action's type erased on the way out. Each variant
+/// holds the future the method returned, so calling a hook costs no allocation beyond the one
+/// `async_trait` makes; the enum is `Unpin`, so a caller can poll it in place.
+pub(crate) enum CallHook<'a> {
+    Unit(HookFuture<'a, HookResult<()>>),
+    Gate(HookFuture<'a, HookResult<GateAction>>),
+    Pre(HookFuture<'a, HookResult<PreToolUseAction>>),
+    Post(HookFuture<'a, HookResult<PostToolUseAction>>),
+    Permission(HookFuture<'a, HookResult<PermissionAction>>),
+    Untyped(HookFuture<'a, Result<Reply, HookError>>),
+}
+
+impl Future for CallHook<'_> {
+    type Output = Result<Reply, HookError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        fn erase<A>(r: HookResult<A>) -> Result<Reply, HookError>
+        where
+            HookOutput<A>: Into<Reply>,
+        {
+            r.map(Into::into)
+        }
+        match self.get_mut() {
+            CallHook::Unit(f) => f.as_mut().poll(cx).map(erase),
+            CallHook::Gate(f) => f.as_mut().poll(cx).map(erase),
+            CallHook::Pre(f) => f.as_mut().poll(cx).map(erase),
+            CallHook::Post(f) => f.as_mut().poll(cx).map(erase),
+            CallHook::Permission(f) => f.as_mut().poll(cx).map(erase),
+            CallHook::Untyped(f) => f.as_mut().poll(cx),
+        }
     }
-    let env = cx.envelope.clone();
-    Ok(match &env.event {
-        Event::SessionStart(e) => hook.session_start(cx, e).await?.into(),
-        Event::UserPromptSubmit(e) => hook.user_prompt_submit(cx, e).await?.into(),
-        Event::PreToolUse(e) => hook.pre_tool_use(cx, e).await?.into(),
-        Event::PermissionRequest(e) => hook.permission_request(cx, e).await?.into(),
-        Event::PermissionDenied(e) => hook.permission_denied(cx, e).await?.into(),
-        Event::PostToolUse(e) => hook.post_tool_use(cx, e).await?.into(),
-        Event::PostToolUseFailure(e) => hook.post_tool_use_failure(cx, e).await?.into(),
-        Event::StepComplete(e) => hook.step_complete(cx, e).await?.into(),
-        Event::Stop(e) => hook.stop(cx, e).await?.into(),
-        Event::StopFailure(e) => hook.stop_failure(cx, e).await?.into(),
-        Event::SubagentStart(e) => hook.subagent_start(cx, e).await?.into(),
-        Event::SubagentStop(e) => hook.subagent_stop(cx, e).await?.into(),
-        Event::PreCompact(e) => hook.pre_compact(cx, e).await?.into(),
-        Event::PostCompact(e) => hook.post_compact(cx, e).await?.into(),
-        Event::Notification(e) => hook.notification(cx, e).await?.into(),
-        Event::Interrupt(e) => hook.interrupt(cx, e).await?.into(),
-        Event::SessionEnd(e) => hook.session_end(cx, e).await?.into(),
-    })
+}
+
+/// Calls the method of `hook` that fits the event in `cx`.
+pub(crate) fn call_hook<'a>(hook: &'a dyn Hook, cx: &'a HookCx) -> CallHook<'a> {
+    if hook.untyped() {
+        return CallHook::Untyped(hook.handle(cx));
+    }
+    match &cx.envelope.event {
+        Event::SessionStart(e) => CallHook::Unit(hook.session_start(cx, e)),
+        Event::UserPromptSubmit(e) => CallHook::Gate(hook.user_prompt_submit(cx, e)),
+        Event::PreToolUse(e) => CallHook::Pre(hook.pre_tool_use(cx, e)),
+        Event::PermissionRequest(e) => CallHook::Permission(hook.permission_request(cx, e)),
+        Event::PermissionDenied(e) => CallHook::Unit(hook.permission_denied(cx, e)),
+        Event::PostToolUse(e) => CallHook::Post(hook.post_tool_use(cx, e)),
+        Event::PostToolUseFailure(e) => CallHook::Post(hook.post_tool_use_failure(cx, e)),
+        Event::StepComplete(e) => CallHook::Unit(hook.step_complete(cx, e)),
+        Event::Stop(e) => CallHook::Gate(hook.stop(cx, e)),
+        Event::StopFailure(e) => CallHook::Unit(hook.stop_failure(cx, e)),
+        Event::SubagentStart(e) => CallHook::Unit(hook.subagent_start(cx, e)),
+        Event::SubagentStop(e) => CallHook::Gate(hook.subagent_stop(cx, e)),
+        Event::PreCompact(e) => CallHook::Gate(hook.pre_compact(cx, e)),
+        Event::PostCompact(e) => CallHook::Unit(hook.post_compact(cx, e)),
+        Event::Notification(e) => CallHook::Unit(hook.notification(cx, e)),
+        Event::Interrupt(e) => CallHook::Unit(hook.interrupt(cx, e)),
+        Event::SessionEnd(e) => CallHook::Unit(hook.session_end(cx, e)),
+    }
 }

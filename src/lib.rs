@@ -85,6 +85,7 @@ mod event;
 mod event_log;
 mod filter;
 mod hook;
+mod kill;
 mod mailbox;
 mod metrics;
 mod observer;

@@ -21,7 +21,9 @@ pub(crate) enum Failure {
     Panic(String),
 }
 
-pub(crate) type Answer = Result<Reply, Failure>;
+/// A hook's answer as it travels back: boxed (a reply is large and moves several times on its
+/// way to the fold), and `None` for a reply that changes nothing.
+pub(crate) type Answer = Result<Option<Box<Reply>>, Failure>;
 
 /// The slot a gate's answer goes into. Dropping it unanswered counts as a failure of the
 /// subscriber (its failure policy applies), never as a hang.
@@ -38,7 +40,7 @@ impl ReplySlot {
 
     /// Answers the event. Returns false if nobody waits any more (the call timed out).
     pub fn send(self, reply: impl Into<Reply>) -> bool {
-        self.tx.send(Ok(reply.into())).is_ok()
+        self.tx.send(Ok(Some(Box::new(reply.into())))).is_ok()
     }
 
     /// Answers with a failure; the subscriber's failure policy applies.

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::kill::KillWatch;
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use tokio::sync::mpsc::{self, error::TrySendError};
-use tokio_util::sync::CancellationToken;
 
 use crate::actor::panic_message;
 use crate::event::{Envelope, EventKind};
@@ -191,19 +191,14 @@ pub(crate) async fn run_observer_actor(
     mut rx: mpsc::Receiver<ObserverMsg>,
     timeout: Duration,
     metrics: Arc<RuntimeMetrics>,
-    kill: CancellationToken,
+    mut kill: KillWatch,
 ) {
-    // Registered once: a fresh `cancelled()` per message would take the token's lock each time.
-    let killed = kill.cancelled();
-    tokio::pin!(killed);
     // One timer for the actor's life, pushed forward per event (no new registration).
     let timer = tokio::time::sleep(timeout);
     tokio::pin!(timer);
     loop {
-        let msg = tokio::select! {
-            biased;
-            _ = &mut killed => return,
-            msg = rx.recv() => msg,
+        let Some(msg) = kill.guard(rx.recv()).await else {
+            return;
         };
         match msg {
             None => return,
@@ -214,11 +209,15 @@ pub(crate) async fn run_observer_actor(
                 let env = delivery.envelope().clone();
                 let call = AssertUnwindSafe(observer.on_event(&env)).catch_unwind();
                 timer.as_mut().reset(tokio::time::Instant::now() + timeout);
-                let result = tokio::select! {
-                    biased;
-                    _ = &mut killed => return,
-                    result = call => Ok(result),
-                    _ = &mut timer => Err(()),
+                let timed = async {
+                    tokio::select! {
+                        biased;
+                        result = call => Ok(result),
+                        _ = &mut timer => Err(()),
+                    }
+                };
+                let Some(result) = kill.guard(timed).await else {
+                    return;
                 };
                 match result {
                     Ok(Ok(())) => {

@@ -201,7 +201,7 @@ pub(crate) struct Answered<'a> {
     pub policy: FailurePolicy,
     pub timeout: Duration,
     pub status: RunStatus,
-    pub reply: Option<Reply>,
+    pub reply: Option<Box<Reply>>,
     pub elapsed: Duration,
 }
 
@@ -312,6 +312,7 @@ pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> (Ou
             continue;
         }
         let Some(reply) = a.reply else { continue };
+        let reply = *reply;
         let attributed = |value: String| Attributed {
             hook: a.hook.to_string(),
             value,

@@ -1,6 +1,7 @@
 //! Sessions: the [`Session`] handle and the session actor that owns the session's
 //! [`Dispatcher`](crate::dispatch::Dispatcher).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
@@ -14,6 +15,7 @@ use crate::error::Error;
 use crate::event::{Event, SessionFields};
 use crate::event_log::{EventLog, EventStream};
 use crate::hook::Hook;
+use crate::kill::KillWatch;
 use crate::mailbox::Mailbox;
 use crate::outcome::Outcome;
 use crate::registry::Snapshot;
@@ -75,7 +77,10 @@ pub(crate) struct SessionShared {
     /// Global + session hooks merged, while the session has hooks of its own.
     pub hooks: ArcSwapOption<Snapshot>,
     /// The current turn's cancellation token; hook calls get children of it.
-    turn: Mutex<CancellationToken>,
+    turn: Mutex<Arc<CancellationToken>>,
+    /// Bumped by every `cancel_turn`, before the token fires: a cheap "was the turn cancelled
+    /// since" check for the dispatcher.
+    turn_epoch: AtomicU64,
     /// The session actor's mailbox, weakly, for shutdown (ACT-5: no self-reference keeps it alive).
     pub mailbox: Mutex<Option<mpsc::WeakSender<SessionMsg>>>,
     /// The live event stream; created at open when history is kept, else on first subscription.
@@ -90,7 +95,8 @@ impl SessionShared {
             fields: RwLock::new(config.fields.clone()),
             scratchpad: Arc::new(Scratchpad::new()),
             hooks: ArcSwapOption::empty(),
-            turn: Mutex::new(CancellationToken::new()),
+            turn: Mutex::new(Arc::new(CancellationToken::new())),
+            turn_epoch: AtomicU64::new(0),
             mailbox: Mutex::new(None),
             log: match config.history {
                 0 => OnceLock::new(),
@@ -104,13 +110,24 @@ impl SessionShared {
         self.log.get_or_init(EventLog::default).subscribe()
     }
 
-    pub fn turn_token(&self) -> CancellationToken {
-        self.turn.lock().clone()
+    /// The current turn's token and epoch.
+    pub fn turn(&self) -> (Arc<CancellationToken>, u64) {
+        let token = self.turn.lock().clone();
+        (token, self.turn_epoch.load(Ordering::Acquire))
+    }
+
+    /// Whether `cancel_turn` was called since `epoch`.
+    pub fn turn_cancelled_since(&self, epoch: u64) -> bool {
+        self.turn_epoch.load(Ordering::Acquire) != epoch
     }
 
     /// Cancels the current turn's token (hooks in flight see it) and arms a fresh one.
     pub fn cancel_turn(&self) {
-        let old = std::mem::take(&mut *self.turn.lock());
+        let old = {
+            let mut turn = self.turn.lock();
+            self.turn_epoch.fetch_add(1, Ordering::AcqRel);
+            std::mem::take(&mut *turn)
+        };
         old.cancel();
     }
 }
@@ -136,25 +153,16 @@ pub(crate) enum SessionMsg {
 pub(crate) async fn run_session_actor(
     mut dispatcher: Dispatcher,
     mut rx: mpsc::Receiver<SessionMsg>,
-    kill: CancellationToken,
+    mut kill: KillWatch,
 ) {
-    // Registered once: a fresh `cancelled()` per message would take the token's lock each time.
-    let killed = kill.cancelled();
-    tokio::pin!(killed);
     loop {
-        let msg = tokio::select! {
-            biased;
-            _ = &mut killed => return,
-            msg = rx.recv() => msg,
+        let Some(msg) = kill.guard(rx.recv()).await else {
+            return;
         };
         // The kill switch also interrupts a message in progress, so shutdown keeps its deadline.
-        let finished = tokio::select! {
-            biased;
-            _ = &mut killed => true,
-            finished = serve(&mut dispatcher, msg) => finished,
-        };
-        if finished {
-            return;
+        match kill.guard(serve(&mut dispatcher, msg)).await {
+            Some(false) => {}
+            _ => return,
         }
     }
 }
