@@ -14,28 +14,23 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
-use crate::event::EventKind;
 use crate::hook::{call_hook, CallHook, Hook, HookCx};
-use crate::kill::KillWatch;
 use crate::mailbox::{Answer, Delivery, Failure};
 
 /// One hook call with its panics caught. `Unpin` and allocation-free beyond the hook's own
 /// future, so the dispatcher can poll an inline hook in place.
 pub(crate) struct Serving<'a> {
     call: CatchUnwind<AssertUnwindSafe<CallHook<'a>>>,
-    kind: EventKind,
 }
 
 impl Future for Serving<'_> {
     type Output = Answer;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
-        let kind = self.kind;
         Pin::new(&mut self.call)
             .poll(cx)
             .map(|result| match result {
-                Ok(Ok(reply)) if reply.is_noop_for(kind) => Ok(None),
-                Ok(Ok(reply)) => Ok(Some(Box::new(reply))),
+                Ok(Ok(reply)) => Ok(reply),
                 Ok(Err(e)) => Err(Failure::Error(e.to_string())),
                 Err(panic) => Err(Failure::Panic(panic_message(panic.as_ref()))),
             })
@@ -47,7 +42,6 @@ pub(crate) fn serving<'a>(hook: &'a dyn Hook, cx: &'a HookCx) -> Result<Serving<
     std::panic::catch_unwind(AssertUnwindSafe(|| call_hook(hook, cx)))
         .map(|call| Serving {
             call: AssertUnwindSafe(call).catch_unwind(),
-            kind: cx.envelope().kind(),
         })
         .map_err(|panic| Failure::Panic(panic_message(panic.as_ref())))
 }
@@ -93,22 +87,18 @@ async fn serve_delivery(hook: Arc<dyn Hook>, delivery: Delivery) {
     }
 }
 
-/// The actor loop. Ends when `kill` fires, or when every sender is gone and the in-flight calls
+/// The actor loop. Ends when the kill switch fires (see `Bus::spawn_actor`), or when every sender is gone and the in-flight calls
 /// have finished (ACT-5). A delivery is polled once as it arrives; only a call that does not
 /// finish at once joins the in-flight set, so a quick hook costs one turn of the loop.
 pub(crate) async fn run_hook_actor(
     hook: Arc<dyn Hook>,
     mut rx: mpsc::Receiver<Delivery>,
     max_concurrency: Option<usize>,
-    mut kill: KillWatch,
 ) {
     let limit = max_concurrency.unwrap_or(usize::MAX);
     let mut inflight = FuturesUnordered::new();
     let mut open = true;
     std::future::poll_fn(|cx| loop {
-        if kill.poll_fired(cx).is_ready() {
-            return Poll::Ready(());
-        }
         while let Poll::Ready(Some(())) = inflight.poll_next_unpin(cx) {}
         if open && inflight.len() < limit {
             match rx.poll_recv(cx) {

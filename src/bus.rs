@@ -263,12 +263,11 @@ impl Bus {
             None,
             tx,
         ));
-        self.inner.tracker.spawn(run_observer_actor(
+        self.spawn_actor(run_observer_actor(
             observer,
             rx,
             options.timeout,
             self.inner.metrics.clone(),
-            self.inner.kill.watch(),
         ));
         self.inner
             .registry(|r| RegistryMsg::AddObserver(entry, r))
@@ -296,9 +295,7 @@ impl Bus {
         let shared = dispatcher.shared.clone();
         let (tx, rx) = mpsc::channel(64);
         *shared.mailbox.lock() = Some(tx.downgrade());
-        self.inner
-            .tracker
-            .spawn(run_session_actor(dispatcher, rx, self.inner.kill.watch()));
+        self.spawn_actor(run_session_actor(dispatcher, rx));
         Ok(Session {
             shared,
             tx,
@@ -306,7 +303,9 @@ impl Bus {
         })
     }
 
-    /// Spawns an actor that shutdown waits for, and stops at the shutdown deadline.
+    /// Spawns an actor that shutdown waits for, and stops at the shutdown deadline: the kill
+    /// switch is read before every poll of the actor (ACT-4), so it also interrupts a message
+    /// in progress.
     pub(crate) fn spawn_actor(
         &self,
         actor: impl std::future::Future<Output = ()> + Send + 'static,
@@ -418,12 +417,7 @@ impl Bus {
             Target::Inline(hook.clone())
         } else {
             let (tx, rx) = mpsc::channel(self.inner.config.hook_mailbox);
-            self.inner.tracker.spawn(run_hook_actor(
-                hook.clone(),
-                rx,
-                options.max_concurrency,
-                self.inner.kill.watch(),
-            ));
+            self.spawn_actor(run_hook_actor(hook.clone(), rx, options.max_concurrency));
             Target::Actor(tx)
         };
         self.add_entry(hook.name().to_owned(), options, target, session)

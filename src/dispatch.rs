@@ -112,7 +112,7 @@ impl Dispatcher {
     }
 
     /// Dispatches one event and returns the folded outcome.
-    pub async fn dispatch(&mut self, event: Event, turn: u32, step: u32) -> Outcome {
+    pub async fn dispatch(&mut self, event: Event, turn: u32, step: u32) -> Box<Outcome> {
         if event.kind() == EventKind::SessionEnd {
             let reason = match &event {
                 Event::SessionEnd(SessionEnd { reason }) => reason.clone(),
@@ -156,9 +156,9 @@ impl Dispatcher {
     /// Ends the session (ORD-4): waits until observers took every earlier event, dispatches
     /// `SessionEnd` to hooks one at a time within the grace period, then drops session hooks and
     /// the scratchpad.
-    pub async fn close(&mut self, reason: &str, turn: u32, step: u32) -> Outcome {
+    pub async fn close(&mut self, reason: &str, turn: u32, step: u32) -> Box<Outcome> {
         if self.closed {
-            return Outcome::default();
+            return Box::default();
         }
         self.closed = true;
         let grace = Instant::now() + self.bus.config.session_end_grace;
@@ -250,7 +250,7 @@ impl Dispatcher {
         env: &Arc<Envelope>,
         (cancel, epoch, token): (&CancellationToken, u64, &Arc<CancellationToken>),
         timer: &mut Pin<Box<Sleep>>,
-    ) -> Outcome {
+    ) -> Box<Outcome> {
         let matched = matching(snapshot, env);
         if matched.is_empty() {
             return self.fold(snapshot, env, &matched, Vec::new());
@@ -628,7 +628,7 @@ impl Dispatcher {
         env: &Envelope,
         matched: &[usize],
         runs: Vec<Run>,
-    ) -> Outcome {
+    ) -> Box<Outcome> {
         let kind = env.kind();
         let answers = matched
             .iter()
@@ -646,6 +646,7 @@ impl Dispatcher {
             })
             .collect();
         let (outcome, stats) = fold(kind, env.seq, answers);
+        let outcome = Box::new(outcome);
         let m = &self.bus.metrics;
         m.fail_closed_blocks
             .fetch_add(stats.fail_closed, Ordering::Relaxed);

@@ -312,10 +312,17 @@ pub trait Hook: Send + Sync + 'static {
 
 type HookFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// The call of one hook method, with the action's type erased on the way out. Each variant
-/// holds the future the method returned, so calling a hook costs no allocation beyond the one
-/// `async_trait` makes; the enum is `Unpin`, so a caller can poll it in place.
-pub(crate) enum CallHook<'a> {
+/// The call of one hook method, with the action's type erased on the way out. It holds the
+/// future the method returned, so calling a hook costs no allocation beyond the one
+/// `async_trait` makes; it is `Unpin`, so a caller can poll it in place. Its output is the
+/// reply boxed (a reply is large and moves several times on its way to the fold), or `None`
+/// for a reply that changes nothing.
+pub(crate) struct CallHook<'a> {
+    kind: EventKind,
+    call: Call<'a>,
+}
+
+enum Call<'a> {
     Unit(HookFuture<'a, HookResult<()>>),
     Gate(HookFuture<'a, HookResult<GateAction>>),
     Pre(HookFuture<'a, HookResult<PreToolUseAction>>),
@@ -324,49 +331,64 @@ pub(crate) enum CallHook<'a> {
     Untyped(HookFuture<'a, Result<Reply, HookError>>),
 }
 
+/// A reply as it travels to the fold: boxed, and `None` when it changes nothing.
+pub(crate) type ErasedReply = Option<Box<Reply>>;
+
+fn erase(reply: Reply, kind: EventKind) -> ErasedReply {
+    (!reply.is_noop_for(kind)).then(|| Box::new(reply))
+}
+
 impl Future for CallHook<'_> {
-    type Output = Result<Reply, HookError>;
+    type Output = Result<ErasedReply, HookError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        fn erase<A>(r: HookResult<A>) -> Result<Reply, HookError>
+        fn typed<A>(r: HookResult<A>, kind: EventKind) -> Result<ErasedReply, HookError>
         where
             HookOutput<A>: Into<Reply>,
         {
-            r.map(Into::into)
+            r.map(|out| erase(out.into(), kind))
         }
-        match self.get_mut() {
-            CallHook::Unit(f) => f.as_mut().poll(cx).map(erase),
-            CallHook::Gate(f) => f.as_mut().poll(cx).map(erase),
-            CallHook::Pre(f) => f.as_mut().poll(cx).map(erase),
-            CallHook::Post(f) => f.as_mut().poll(cx).map(erase),
-            CallHook::Permission(f) => f.as_mut().poll(cx).map(erase),
-            CallHook::Untyped(f) => f.as_mut().poll(cx),
+        let this = self.get_mut();
+        let kind = this.kind;
+        match &mut this.call {
+            Call::Unit(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
+            Call::Gate(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
+            Call::Pre(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
+            Call::Post(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
+            Call::Permission(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
+            Call::Untyped(f) => f
+                .as_mut()
+                .poll(cx)
+                .map(|r| r.map(|reply| erase(reply, kind))),
         }
     }
 }
 
 /// Calls the method of `hook` that fits the event in `cx`.
 pub(crate) fn call_hook<'a>(hook: &'a dyn Hook, cx: &'a HookCx) -> CallHook<'a> {
-    if hook.untyped() {
-        return CallHook::Untyped(hook.handle(cx));
-    }
-    match &cx.envelope.event {
-        Event::SessionStart(e) => CallHook::Unit(hook.session_start(cx, e)),
-        Event::UserPromptSubmit(e) => CallHook::Gate(hook.user_prompt_submit(cx, e)),
-        Event::PreToolUse(e) => CallHook::Pre(hook.pre_tool_use(cx, e)),
-        Event::PermissionRequest(e) => CallHook::Permission(hook.permission_request(cx, e)),
-        Event::PermissionDenied(e) => CallHook::Unit(hook.permission_denied(cx, e)),
-        Event::PostToolUse(e) => CallHook::Post(hook.post_tool_use(cx, e)),
-        Event::PostToolUseFailure(e) => CallHook::Post(hook.post_tool_use_failure(cx, e)),
-        Event::StepComplete(e) => CallHook::Unit(hook.step_complete(cx, e)),
-        Event::Stop(e) => CallHook::Gate(hook.stop(cx, e)),
-        Event::StopFailure(e) => CallHook::Unit(hook.stop_failure(cx, e)),
-        Event::SubagentStart(e) => CallHook::Unit(hook.subagent_start(cx, e)),
-        Event::SubagentStop(e) => CallHook::Gate(hook.subagent_stop(cx, e)),
-        Event::PreCompact(e) => CallHook::Gate(hook.pre_compact(cx, e)),
-        Event::PostCompact(e) => CallHook::Unit(hook.post_compact(cx, e)),
-        Event::Notification(e) => CallHook::Unit(hook.notification(cx, e)),
-        Event::Interrupt(e) => CallHook::Unit(hook.interrupt(cx, e)),
-        Event::SessionEnd(e) => CallHook::Unit(hook.session_end(cx, e)),
-    }
+    let kind = cx.envelope.kind();
+    let call = if hook.untyped() {
+        Call::Untyped(hook.handle(cx))
+    } else {
+        match &cx.envelope.event {
+            Event::SessionStart(e) => Call::Unit(hook.session_start(cx, e)),
+            Event::UserPromptSubmit(e) => Call::Gate(hook.user_prompt_submit(cx, e)),
+            Event::PreToolUse(e) => Call::Pre(hook.pre_tool_use(cx, e)),
+            Event::PermissionRequest(e) => Call::Permission(hook.permission_request(cx, e)),
+            Event::PermissionDenied(e) => Call::Unit(hook.permission_denied(cx, e)),
+            Event::PostToolUse(e) => Call::Post(hook.post_tool_use(cx, e)),
+            Event::PostToolUseFailure(e) => Call::Post(hook.post_tool_use_failure(cx, e)),
+            Event::StepComplete(e) => Call::Unit(hook.step_complete(cx, e)),
+            Event::Stop(e) => Call::Gate(hook.stop(cx, e)),
+            Event::StopFailure(e) => Call::Unit(hook.stop_failure(cx, e)),
+            Event::SubagentStart(e) => Call::Unit(hook.subagent_start(cx, e)),
+            Event::SubagentStop(e) => Call::Gate(hook.subagent_stop(cx, e)),
+            Event::PreCompact(e) => Call::Gate(hook.pre_compact(cx, e)),
+            Event::PostCompact(e) => Call::Unit(hook.post_compact(cx, e)),
+            Event::Notification(e) => Call::Unit(hook.notification(cx, e)),
+            Event::Interrupt(e) => Call::Unit(hook.interrupt(cx, e)),
+            Event::SessionEnd(e) => Call::Unit(hook.session_end(cx, e)),
+        }
+    };
+    CallHook { kind, call }
 }

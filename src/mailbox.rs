@@ -23,7 +23,7 @@ pub(crate) enum Failure {
 
 /// A hook's answer as it travels back: boxed (a reply is large and moves several times on its
 /// way to the fold), and `None` for a reply that changes nothing.
-pub(crate) type Answer = Result<Option<Box<Reply>>, Failure>;
+pub(crate) type Answer = Result<crate::hook::ErasedReply, Failure>;
 
 /// The slot a gate's answer goes into. Dropping it unanswered counts as a failure of the
 /// subscriber (its failure policy applies), never as a hang.

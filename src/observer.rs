@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::kill::KillWatch;
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use tokio::sync::mpsc::{self, error::TrySendError};
@@ -185,21 +184,18 @@ impl ObserverEntry {
 }
 
 /// The observer actor: takes events one at a time, in order, until its mailbox closes and is
-/// drained, or `kill` fires.
+/// drained, or the kill switch fires (see `Bus::spawn_actor`).
 pub(crate) async fn run_observer_actor(
     observer: Arc<dyn Observer>,
     mut rx: mpsc::Receiver<ObserverMsg>,
     timeout: Duration,
     metrics: Arc<RuntimeMetrics>,
-    mut kill: KillWatch,
 ) {
     // One timer for the actor's life, pushed forward per event (no new registration).
     let timer = tokio::time::sleep(timeout);
     tokio::pin!(timer);
     loop {
-        let Some(msg) = kill.guard(rx.recv()).await else {
-            return;
-        };
+        let msg = rx.recv().await;
         match msg {
             None => return,
             Some(ObserverMsg::Flush(ack)) => {
@@ -209,15 +205,10 @@ pub(crate) async fn run_observer_actor(
                 let env = delivery.envelope().clone();
                 let call = AssertUnwindSafe(observer.on_event(&env)).catch_unwind();
                 timer.as_mut().reset(tokio::time::Instant::now() + timeout);
-                let timed = async {
-                    tokio::select! {
-                        biased;
-                        result = call => Ok(result),
-                        _ = &mut timer => Err(()),
-                    }
-                };
-                let Some(result) = kill.guard(timed).await else {
-                    return;
+                let result = tokio::select! {
+                    biased;
+                    result = call => Ok(result),
+                    _ = &mut timer => Err(()),
                 };
                 match result {
                     Ok(Ok(())) => {

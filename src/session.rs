@@ -15,7 +15,6 @@ use crate::error::Error;
 use crate::event::{Event, SessionFields};
 use crate::event_log::{EventLog, EventStream};
 use crate::hook::Hook;
-use crate::kill::KillWatch;
 use crate::mailbox::Mailbox;
 use crate::outcome::Outcome;
 use crate::registry::Snapshot;
@@ -138,31 +137,27 @@ pub(crate) enum SessionMsg {
         event: Event,
         turn: u32,
         step: u32,
-        reply: oneshot::Sender<Outcome>,
+        reply: oneshot::Sender<Box<Outcome>>,
     },
     Close {
         reason: String,
         turn: u32,
         step: u32,
-        reply: oneshot::Sender<Outcome>,
+        reply: oneshot::Sender<Box<Outcome>>,
     },
 }
 
 /// The session actor: dispatches its session's events one at a time, in order. Closing ends
-/// it; so does dropping every handle (with `SessionEnd` reason `other`), or the kill switch.
+/// it; so does dropping every handle (with `SessionEnd` reason `other`), or the kill switch
+/// (read before every poll, see `Bus::spawn_actor`).
 pub(crate) async fn run_session_actor(
     mut dispatcher: Dispatcher,
     mut rx: mpsc::Receiver<SessionMsg>,
-    mut kill: KillWatch,
 ) {
     loop {
-        let Some(msg) = kill.guard(rx.recv()).await else {
+        let msg = rx.recv().await;
+        if serve(&mut dispatcher, msg).await {
             return;
-        };
-        // The kill switch also interrupts a message in progress, so shutdown keeps its deadline.
-        match kill.guard(serve(&mut dispatcher, msg)).await {
-            Some(false) => {}
-            _ => return,
         }
     }
 }
@@ -235,7 +230,7 @@ impl Session {
             })
             .await
             .map_err(|_| self.closed())?;
-        rx.await.map_err(|_| self.closed())
+        rx.await.map(|outcome| *outcome).map_err(|_| self.closed())
     }
 
     /// Ends the session: `SessionEnd` with `reason`, after every earlier event reached every
@@ -256,7 +251,7 @@ impl Session {
             })
             .await
             .map_err(|_| self.closed())?;
-        rx.await.map_err(|_| self.closed())
+        rx.await.map(|outcome| *outcome).map_err(|_| self.closed())
     }
 
     /// A live stream of this session's envelopes, in sequence order, ending after `SessionEnd`.
