@@ -333,12 +333,15 @@ impl Dispatcher {
             let mut armed = false;
             let mut interrupted = false;
             std::future::poll_fn(|cx| {
+                // One clock read per pass, for every hook that finished in it.
+                let mut now: Option<Duration> = None;
                 for (k, flight) in flights.iter_mut().enumerate() {
                     if let Poll::Ready(answer) = flight.poll(cx) {
                         *flight = InFlight::Done;
                         pending -= 1;
                         let entry = &snapshot.hooks[matched[k]];
-                        runs[k] = Some(self.finish(entry, env, answer, started.elapsed()));
+                        let elapsed = *now.get_or_insert_with(|| started.elapsed());
+                        runs[k] = Some(self.finish(entry, env, answer, elapsed));
                     }
                 }
                 if pending == 0 {
@@ -630,21 +633,17 @@ impl Dispatcher {
         runs: Vec<Run>,
     ) -> Box<Outcome> {
         let kind = env.kind();
-        let answers = matched
-            .iter()
-            .zip(runs)
-            .map(|(&i, run)| {
-                let entry = &snapshot.hooks[i];
-                Answered {
-                    hook: &entry.label,
-                    policy: entry.options.failure,
-                    timeout: entry.timeout,
-                    status: run.status,
-                    reply: run.reply,
-                    elapsed: run.elapsed,
-                }
-            })
-            .collect();
+        let answers = matched.iter().zip(runs).map(|(&i, run)| {
+            let entry = &snapshot.hooks[i];
+            Answered {
+                hook: &entry.label,
+                policy: entry.options.failure,
+                timeout: entry.timeout,
+                status: run.status,
+                reply: run.reply,
+                elapsed: run.elapsed,
+            }
+        });
         let (outcome, stats) = fold(kind, env.seq, answers);
         let outcome = Box::new(outcome);
         let m = &self.bus.metrics;

@@ -273,9 +273,14 @@ pub(crate) struct FoldStats {
 }
 
 /// Folds the answers (given in fold order) into one [`Outcome`].
-pub(crate) fn fold(kind: EventKind, seq: u64, answers: Vec<Answered<'_>>) -> (Outcome, FoldStats) {
+pub(crate) fn fold<'a>(
+    kind: EventKind,
+    seq: u64,
+    answers: impl ExactSizeIterator<Item = Answered<'a>>,
+) -> (Outcome, FoldStats) {
     let mut stats = FoldStats::default();
     let mut out = Outcome {
+        runs: Vec::with_capacity(answers.len()),
         seq,
         kind: Some(kind),
         ..Outcome::default()
