@@ -1,209 +1,169 @@
-//! One tool call (PreToolUse + PostToolUse) through 4 trivial hooks, next to the baselines,
-//! measured in the same run:
+//! Criterion benchmarks of the dispatch path, each scenario next to its baselines in the same
+//! run, named `<scenario>/<implementation>` (SPEC section 11; the targets are in `hookbus bench`,
+//! which runs the same scenarios from `hookbus::benchmark`).
 //!
-//! * `direct`: a plain in-process registry calling the hooks one after another;
-//! * `mpsc_oneshot`: one bare tokio mpsc + oneshot round trip to a task (the floor of any actor
-//!   design);
-//! * `actor_baseline`: a dispatcher task fanning each event out to one task per hook over mpsc
-//!   and awaiting a oneshot from each, with none of hookbus's features;
-//! * `hookbus_actor` / `hookbus_inline`: hookbus with the hooks as actors / inline.
+//! * `direct`: hooks called one after another in the caller's task;
+//! * `join_all`: the same hooks polled together in the caller's task;
+//! * `actor_baseline`: a dispatcher task, one task per hook, mpsc + oneshot;
+//! * `hookbus` / `hookbus_inline`: hookbus with the hooks as actors / inline.
+//!
+//! `idle_session_bytes` is a memory figure, reported by `hookbus bench` only.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use hookbus::*;
+use hookbus::benchmark::{
+    pairs_per_second, pre_event, runtime, trivial_hooks, BenchHook, RuntimeKind, Subject,
+};
+use hookbus::claude::{ClaudeSettings, CompatOptions};
+use hookbus::{Bus, SessionConfig};
 use serde_json::json;
-use tokio::runtime::Runtime;
-use tokio::sync::{mpsc, oneshot};
 
-const HOOKS: usize = 4;
+const BASELINES: [&str; 3] = ["direct", "join_all", "actor_baseline"];
 
-struct Trivial {
-    name: String,
-    inline: bool,
-}
-
-#[async_trait]
-impl Hook for Trivial {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn options(&self) -> HookOptions {
-        let o = HookOptions::new().events([EventKind::PreToolUse, EventKind::PostToolUse]);
-        if self.inline {
-            o.inline()
-        } else {
-            o
+fn pair_n_hooks(c: &mut Criterion) {
+    for (rt_name, kind) in [
+        ("multi_thread", RuntimeKind::MultiThread),
+        ("current_thread", RuntimeKind::CurrentThread),
+    ] {
+        let rt = runtime(kind);
+        for n in [1usize, 4, 16] {
+            let mut group = c.benchmark_group(format!("pair_{n}_hooks/{rt_name}"));
+            for base in BASELINES {
+                let subject = rt.block_on(async { Subject::baseline(base, n, Duration::ZERO) });
+                group.bench_function(base, |b| b.to_async(&rt).iter(|| subject.pair()));
+            }
+            for inline in [false, true] {
+                let subject = rt.block_on(async {
+                    Subject::hookbus(&Bus::new(), trivial_hooks(n, inline)).await
+                });
+                let name = if inline { "hookbus_inline" } else { "hookbus" };
+                group.bench_function(name, |b| b.to_async(&rt).iter(|| subject.pair()));
+            }
+            group.finish();
         }
     }
-    async fn pre_tool_use(&self, _: &HookCx, _: &PreToolUse) -> HookResult<PreToolUseAction> {
-        Ok(PreToolUseAction::proceed().into())
+}
+
+fn slow_4x10ms(c: &mut Criterion) {
+    let rt = runtime(RuntimeKind::CurrentThread);
+    let delay = Duration::from_millis(10);
+    let mut group = c.benchmark_group("slow_4x10ms");
+    group.sample_size(10);
+    for base in BASELINES {
+        let subject = rt.block_on(async { Subject::baseline(base, 4, delay) });
+        group.bench_function(base, |b| {
+            b.to_async(&rt).iter(|| subject.event(pre_event()))
+        });
     }
-    async fn post_tool_use(&self, _: &HookCx, _: &PostToolUse) -> HookResult<PostToolUseAction> {
-        Ok(PostToolUseAction::keep().into())
-    }
+    let subject = rt.block_on(async {
+        let hooks = (0..4)
+            .map(|i| BenchHook::trivial(format!("slow{i}")).delay(delay))
+            .collect();
+        Subject::hookbus(&Bus::new(), hooks).await
+    });
+    group.bench_function("hookbus", |b| {
+        b.to_async(&rt).iter(|| subject.event(pre_event()))
+    });
+    group.finish();
 }
 
-fn pre_event() -> Event {
-    Event::PreToolUse(PreToolUse {
-        tool_name: "Bash".into(),
-        tool_input: json!({"command": "ls"}),
-        tool_use_id: "t1".into(),
-    })
-}
-
-fn post_event() -> Event {
-    Event::PostToolUse(PostToolUse {
-        tool_name: "Bash".into(),
-        tool_input: json!({"command": "ls"}),
-        original_input: None,
-        tool_response: json!("ok"),
-        original_response: None,
-        tool_use_id: "t1".into(),
-        is_error: false,
-        duration_ms: 0,
-    })
-}
-
-/// seed 000's HookManager: hooks called one after another in the caller's task.
-trait DirectHook: Send + Sync {
-    fn pre(&self, ev: &Event) -> bool;
-}
-struct DirectTrivial;
-impl DirectHook for DirectTrivial {
-    fn pre(&self, ev: &Event) -> bool {
-        matches!(ev, Event::PreToolUse(_))
-    }
-}
-
-/// The bare actor fan-out: a dispatcher task, one task per hook, mpsc + oneshot.
-struct ActorBaseline {
-    tx: mpsc::Sender<(Arc<Event>, oneshot::Sender<bool>)>,
-}
-
-impl ActorBaseline {
-    fn start(hooks: usize) -> Self {
-        let mut hook_txs = Vec::new();
-        for _ in 0..hooks {
-            let (tx, mut rx) = mpsc::channel::<(Arc<Event>, oneshot::Sender<bool>)>(1024);
-            tokio::spawn(async move {
-                while let Some((ev, reply)) = rx.recv().await {
-                    let _ = reply.send(matches!(*ev, Event::PreToolUse(_)));
-                }
-            });
-            hook_txs.push(tx);
-        }
-        let (tx, mut rx) = mpsc::channel::<(Arc<Event>, oneshot::Sender<bool>)>(1024);
-        tokio::spawn(async move {
-            while let Some((ev, reply)) = rx.recv().await {
-                let mut waits = Vec::with_capacity(hook_txs.len());
-                for h in &hook_txs {
-                    let (t, r) = oneshot::channel();
-                    let _ = h.send((ev.clone(), t)).await;
-                    waits.push(r);
-                }
-                let mut any = false;
-                for w in waits {
-                    any |= w.await.unwrap_or(false);
-                }
-                let _ = reply.send(any);
+fn throughput(c: &mut Criterion) {
+    let rt = runtime(RuntimeKind::MultiThread);
+    for sessions in [8usize, 64] {
+        let mut group = c.benchmark_group(format!("throughput_{sessions}_sessions"));
+        group.sample_size(10);
+        // Time per pair with `sessions` callers at once (the reciprocal of pairs per second).
+        let per_pair = |subjects: Vec<Subject>| {
+            let rt = &rt;
+            move |iters: u64| {
+                let window = Duration::from_millis(50).max(Duration::from_micros(iters));
+                let rate = rt.block_on(pairs_per_second(subjects.clone(), window));
+                Duration::from_secs_f64(iters as f64 / rate)
             }
-        });
-        Self { tx }
-    }
-
-    async fn dispatch(&self, ev: Event) -> bool {
-        let (t, r) = oneshot::channel();
-        let _ = self.tx.send((Arc::new(ev), t)).await;
-        r.await.unwrap_or(false)
-    }
-}
-
-fn runtimes() -> Vec<(&'static str, Runtime)> {
-    vec![
-        (
-            "multi_thread",
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime"),
-        ),
-        (
-            "current_thread",
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime"),
-        ),
-    ]
-}
-
-fn pair_4_hooks(c: &mut Criterion) {
-    for (rt_name, rt) in runtimes() {
-        let mut group = c.benchmark_group(format!("pair_{HOOKS}_hooks/{rt_name}"));
-
-        let direct: Vec<Box<dyn DirectHook>> =
-            (0..HOOKS).map(|_| Box::new(DirectTrivial) as _).collect();
-        group.bench_function("direct", |b| {
-            b.iter(|| {
-                let (pre, post) = (pre_event(), post_event());
-                let a = direct.iter().filter(|h| h.pre(&pre)).count();
-                let b2 = direct.iter().filter(|h| h.pre(&post)).count();
-                criterion::black_box((a, b2))
-            })
-        });
-
-        let (tx, mut rx) = rt.block_on(async { mpsc::channel::<oneshot::Sender<()>>(1024) });
-        rt.spawn(async move {
-            while let Some(reply) = rx.recv().await {
-                let _ = reply.send(());
-            }
-        });
-        group.bench_function("mpsc_oneshot", |b| {
-            b.to_async(&rt).iter(|| async {
-                for _ in 0..2 {
-                    let (t, r) = oneshot::channel();
-                    let _ = tx.send(t).await;
-                    let _ = r.await;
-                }
-            })
-        });
-
-        let baseline = rt.block_on(async { ActorBaseline::start(HOOKS) });
-        group.bench_function("actor_baseline", |b| {
-            b.to_async(&rt).iter(|| async {
-                baseline.dispatch(pre_event()).await;
-                baseline.dispatch(post_event()).await;
-            })
-        });
-
+        };
+        let shared = rt.block_on(async { Subject::baseline("actor_baseline", 4, Duration::ZERO) });
+        let f = per_pair(vec![shared; sessions]);
+        group.bench_function("actor_baseline", |b| b.iter_custom(&f));
         for inline in [false, true] {
-            let session = rt.block_on(async {
+            let subjects = rt.block_on(async {
                 let bus = Bus::new();
-                for i in 0..HOOKS {
-                    bus.register(Trivial {
-                        name: format!("h{i}"),
-                        inline,
-                    })
-                    .await
-                    .expect("register");
+                for hook in trivial_hooks(4, inline) {
+                    bus.register(hook).await.expect("register");
                 }
-                bus.open_session(SessionConfig::new())
-                    .await
-                    .expect("session")
+                let mut v = Vec::new();
+                for _ in 0..sessions {
+                    v.push(Subject::Hookbus(
+                        bus.open_session(SessionConfig::new())
+                            .await
+                            .expect("session"),
+                    ));
+                }
+                v
             });
-            let id = BenchmarkId::new("hookbus", if inline { "inline" } else { "actor" });
-            group.bench_function(id, |b| {
-                b.to_async(&rt).iter(|| async {
-                    session.dispatch(pre_event()).await.expect("pre");
-                    session.dispatch(post_event()).await.expect("post");
-                })
-            });
+            let f = per_pair(subjects);
+            let name = if inline { "hookbus_inline" } else { "hookbus" };
+            group.bench_function(name, |b| b.iter_custom(&f));
         }
         group.finish();
     }
 }
 
-criterion_group!(benches, pair_4_hooks);
+fn filter_100_registered(c: &mut Criterion) {
+    let rt = runtime(RuntimeKind::CurrentThread);
+    let mut group = c.benchmark_group("filter_100_registered");
+    for registered in [1usize, 100] {
+        let subject = rt.block_on(async {
+            let mut hooks = vec![BenchHook::trivial("match").tool("Bash")];
+            hooks.extend(
+                (1..registered)
+                    .map(|i| BenchHook::trivial(format!("other{i}")).tool(format!("tool_{i}"))),
+            );
+            Subject::hookbus(&Bus::new(), hooks).await
+        });
+        group.bench_function(BenchmarkId::new("hookbus", registered), |b| {
+            b.to_async(&rt).iter(|| subject.pair())
+        });
+    }
+    group.finish();
+}
+
+fn command_hook(c: &mut Criterion) {
+    let rt = runtime(RuntimeKind::MultiThread);
+    let mut group = c.benchmark_group("command_hook");
+    group.sample_size(20);
+    group.bench_function("bare_spawn", |b| {
+        b.to_async(&rt).iter(|| async {
+            let _ = tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg("true")
+                .output()
+                .await;
+        })
+    });
+    let subject = rt.block_on(async {
+        let doc = json!({ "hooks": { "PreToolUse": [ { "hooks": [ { "type": "command", "command": "true" } ] } ] } });
+        let settings = ClaudeSettings::parse(
+            &[("bench".to_owned(), doc.to_string())],
+            CompatOptions::default(),
+        )
+        .expect("settings");
+        let bus = Bus::new();
+        settings.register(&bus).await.expect("register");
+        Subject::Hookbus(bus.open_session(SessionConfig::new()).await.expect("session"))
+    });
+    group.bench_function("hookbus", |b| {
+        b.to_async(&rt).iter(|| subject.event(pre_event()))
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    pair_n_hooks,
+    slow_4x10ms,
+    throughput,
+    filter_100_registered,
+    command_hook
+);
 criterion_main!(benches);

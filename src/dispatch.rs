@@ -745,11 +745,32 @@ impl InFlight<'_> {
 
 /// Indices into the snapshot of the hooks that want this event, in fold order.
 fn matching(snapshot: &Snapshot, env: &Envelope) -> SmallVec<[usize; 8]> {
-    snapshot.by_event[env.kind().index()]
+    let k = env.kind().index();
+    let Some((tool, _)) = env.event.tool() else {
+        return snapshot.by_event[k]
+            .iter()
+            .copied()
+            .filter(|&i| snapshot.hooks[i].matches(env))
+            .collect();
+    };
+    // Hooks indexed under this tool's name match by construction; the rest are asked. Both
+    // lists are in fold order; merging keeps it.
+    let named = snapshot.by_tool[k].get(tool).map_or(&[][..], Vec::as_slice);
+    let mut others = snapshot.untargeted[k]
         .iter()
         .copied()
         .filter(|&i| snapshot.hooks[i].matches(env))
-        .collect()
+        .peekable();
+    let mut out = SmallVec::new();
+    let mut named = named.iter().copied().peekable();
+    loop {
+        match (named.peek(), others.peek()) {
+            (Some(&a), Some(&b)) if a < b => out.extend(named.next()),
+            (Some(_), Some(_)) | (None, Some(_)) => out.extend(others.next()),
+            (Some(_), None) => out.extend(named.next()),
+            (None, None) => return out,
+        }
+    }
 }
 
 /// Every hook `k` transitively runs after, in fold order.

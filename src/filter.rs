@@ -215,6 +215,17 @@ impl ToolFilter {
         self.names.is_any() && self.args.is_empty() && self.rules.is_empty()
     }
 
+    /// The tool names, when the filter is nothing but a list of exact names (the dispatcher
+    /// then finds the hook by the tool's name instead of asking every hook).
+    pub(crate) fn exact_names(&self) -> Option<&[String]> {
+        match &self.names {
+            NamePattern::List(names) if self.args.is_empty() && self.rules.is_empty() => {
+                Some(names)
+            }
+            _ => None,
+        }
+    }
+
     /// Whether the call matches.
     pub fn matches(&self, tool_name: &str, input: &Value, cwd: Option<&Path>) -> bool {
         self.names.matches(tool_name)

@@ -76,6 +76,7 @@ mod action;
 mod actor;
 mod agent;
 mod approver;
+pub mod benchmark;
 pub mod builtins;
 mod bus;
 pub mod claude;

@@ -152,6 +152,11 @@ pub(crate) struct Snapshot {
     pub has_deps: bool,
     pub observers: Vec<Arc<ObserverEntry>>,
     pub obs_by_event: [Vec<usize>; EventKind::COUNT],
+    /// Tool events only: hooks whose filter is a list of exact tool names, by tool name, in
+    /// fold order (a non-matching hook is never even looked at).
+    pub by_tool: [HashMap<String, Vec<usize>>; EventKind::COUNT],
+    /// Tool events only: the other hooks of the event (checked one by one), in fold order.
+    pub untargeted: [Vec<usize>; EventKind::COUNT],
 }
 
 impl Snapshot {
@@ -207,6 +212,23 @@ impl Snapshot {
                 })
                 .collect();
         }
+        let mut by_tool: [HashMap<String, Vec<usize>>; EventKind::COUNT] = Default::default();
+        let mut untargeted: [Vec<usize>; EventKind::COUNT] = Default::default();
+        for kind in EventKind::ALL.into_iter().filter(|k| k.is_tool_event()) {
+            for &i in &by_event[kind.index()] {
+                match ordered[i].options.filter.exact_names() {
+                    Some(names) => {
+                        for name in names {
+                            let list = by_tool[kind.index()].entry(name.clone()).or_default();
+                            if list.last() != Some(&i) {
+                                list.push(i);
+                            }
+                        }
+                    }
+                    None => untargeted[kind.index()].push(i),
+                }
+            }
+        }
         Ok(Snapshot {
             hooks: ordered,
             by_event,
@@ -214,6 +236,8 @@ impl Snapshot {
             has_deps,
             observers,
             obs_by_event,
+            by_tool,
+            untargeted,
         })
     }
 }

@@ -134,7 +134,9 @@ impl SessionShared {
 /// What a session actor serves.
 pub(crate) enum SessionMsg {
     Dispatch {
-        event: Event,
+        // Boxed: the mailbox's slots are sized by the largest message, and an idle session
+        // should cost little (issue: idle_session_bytes).
+        event: Box<Event>,
         turn: u32,
         step: u32,
         reply: oneshot::Sender<Box<Outcome>>,
@@ -156,7 +158,9 @@ pub(crate) async fn run_session_actor(
 ) {
     loop {
         let msg = rx.recv().await;
-        if serve(&mut dispatcher, msg).await {
+        // Boxed per message: an idle session then holds only its mailbox and dispatcher, not
+        // the room a dispatch in progress needs (issue: idle_session_bytes).
+        if Box::pin(serve(&mut dispatcher, msg)).await {
             return;
         }
     }
@@ -171,7 +175,7 @@ async fn serve(dispatcher: &mut Dispatcher, msg: Option<SessionMsg>) -> bool {
             step,
             reply,
         }) => {
-            let outcome = dispatcher.dispatch(event, turn, step).await;
+            let outcome = dispatcher.dispatch(*event, turn, step).await;
             let _ = reply.send(outcome);
             dispatcher.is_closed()
         }
@@ -223,7 +227,7 @@ impl Session {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(SessionMsg::Dispatch {
-                event,
+                event: Box::new(event),
                 turn,
                 step,
                 reply,

@@ -1,0 +1,348 @@
+//! Runs every scenario and judges it against its target.
+
+use std::time::Duration;
+
+use super::*;
+use crate::claude::{ClaudeSettings, CompatOptions};
+
+const KINDS: [&str; 3] = ["direct", "join_all", "actor_baseline"];
+
+/// Baseline figures of one scenario, in [`KINDS`] order.
+type Baselines = [Option<f64>; 3];
+
+fn line(
+    scenario: impl Into<String>,
+    runtime: Option<RuntimeKind>,
+    unit: Unit,
+    hookbus: f64,
+    base: Baselines,
+    target: String,
+    pass: bool,
+) -> BenchResult {
+    BenchResult {
+        scenario: scenario.into(),
+        runtime,
+        unit,
+        hookbus,
+        direct: base[0],
+        join_all: base[1],
+        actor_baseline: base[2],
+        target,
+        pass,
+    }
+}
+
+/// Measures the three baselines and hookbus for `n` hooks on `rt`.
+fn pair_figures(
+    config: &BenchConfig,
+    kind: RuntimeKind,
+    n: usize,
+    inline: bool,
+) -> (f64, Baselines) {
+    let rt = runtime(kind);
+    let mut base = [None; 3];
+    for (i, k) in KINDS.iter().enumerate() {
+        let subject = rt.block_on(async { Subject::baseline(k, n, Duration::ZERO) });
+        base[i] = Some(rt.block_on(median_ns(config, || subject.pair())));
+    }
+    let hookbus = rt.block_on(async {
+        let bus = Bus::new();
+        let subject = Subject::hookbus(&bus, trivial_hooks(n, inline)).await;
+        let figure = median_ns(config, || subject.pair()).await;
+        bus.shutdown(Duration::from_secs(5)).await;
+        figure
+    });
+    (hookbus, base)
+}
+
+fn ratio(a: f64, b: Option<f64>) -> f64 {
+    b.map_or(f64::NAN, |b| a / b)
+}
+
+/// Every scenario, in order; `progress` gets each scenario's name as it starts.
+pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    for kind in [RuntimeKind::MultiThread, RuntimeKind::CurrentThread] {
+        let mut four = 0.0;
+        for n in [1usize, 4, 16] {
+            progress(&format!("pair_{n}_hooks ({kind:?})"));
+            let (hookbus, base) = pair_figures(config, kind, n, false);
+            let r = ratio(hookbus, base[2]);
+            let (target, pass) = if n == 4 {
+                four = hookbus;
+                let goal = if kind == RuntimeKind::MultiThread {
+                    format!(
+                        "; goal ≤ 0.5×: {}",
+                        if r <= 0.5 { "met" } else { "not met" }
+                    )
+                } else {
+                    String::new()
+                };
+                (
+                    format!("≤ 1.0× actor_baseline (is {r:.2}×){goal}"),
+                    r <= 1.0,
+                )
+            } else {
+                (format!("scale, no target ({r:.2}× actor_baseline)"), true)
+            };
+            out.push(line(
+                format!("pair_{n}_hooks"),
+                Some(kind),
+                Unit::Ns,
+                hookbus,
+                base,
+                target,
+                pass,
+            ));
+            if n == 16 {
+                let extra = (hookbus - four) / 12.0;
+                let limit = if kind == RuntimeKind::CurrentThread {
+                    300.0
+                } else {
+                    1000.0
+                };
+                out.push(line(
+                    "per_extra_hook",
+                    Some(kind),
+                    Unit::Ns,
+                    extra,
+                    [None; 3],
+                    format!("≤ {limit:.0} ns per hook beyond 4 (from pair_4 and pair_16)"),
+                    extra <= limit,
+                ));
+            }
+        }
+        progress(&format!("pair_4_hooks_inline ({kind:?})"));
+        let (hookbus, base) = pair_figures(config, kind, 4, true);
+        let r = ratio(hookbus, base[2]);
+        out.push(line(
+            "pair_4_hooks_inline",
+            Some(kind),
+            Unit::Ns,
+            hookbus,
+            base,
+            format!("≤ 1.0× actor_baseline (is {r:.2}×)"),
+            r <= 1.0,
+        ));
+    }
+
+    progress("slow_4x10ms");
+    out.push(slow(config));
+    progress("throughput_8_sessions");
+    let (t8, base8) = throughput(config, 8, false);
+    let r8 = ratio(t8, base8);
+    out.push(line(
+        "throughput_8_sessions",
+        Some(RuntimeKind::MultiThread),
+        Unit::PairsPerS,
+        t8,
+        [None, None, base8],
+        format!("≥ 2.5× actor_baseline with one shared dispatcher (is {r8:.2}×)"),
+        r8 >= 2.5,
+    ));
+    progress("throughput_8_sessions_inline");
+    let (t8i, base8i) = throughput(config, 8, true);
+    let r8i = ratio(t8i, base8i);
+    out.push(line(
+        "throughput_8_sessions_inline",
+        Some(RuntimeKind::MultiThread),
+        Unit::PairsPerS,
+        t8i,
+        [None, None, base8i],
+        format!("≥ 2.5× actor_baseline with one shared dispatcher (is {r8i:.2}×)"),
+        r8i >= 2.5,
+    ));
+    progress("throughput_64_sessions");
+    let (t64, base64) = throughput(config, 64, false);
+    let r64 = t64 / t8;
+    out.push(line(
+        "throughput_64_sessions",
+        Some(RuntimeKind::MultiThread),
+        Unit::PairsPerS,
+        t64,
+        [None, None, base64],
+        format!("≥ 0.9× the 8-session figure (is {r64:.2}×)"),
+        r64 >= 0.9,
+    ));
+    progress("filter_100_registered");
+    out.push(filter(config));
+    progress("idle_session_bytes");
+    out.push(idle(config));
+    progress("command_hook");
+    out.push(command(config));
+    out
+}
+
+fn slow(config: &BenchConfig) -> BenchResult {
+    let rt = runtime(RuntimeKind::CurrentThread);
+    let few = BenchConfig {
+        samples: config.samples.min(9),
+        sample_time: Duration::ZERO,
+        ..*config
+    };
+    let delay = Duration::from_millis(10);
+    let mut base = [None; 3];
+    for (i, k) in KINDS.iter().enumerate() {
+        let subject = rt.block_on(async { Subject::baseline(k, 4, delay) });
+        base[i] = Some(rt.block_on(median_ns(&few, || subject.event(pre_event()))));
+    }
+    let hookbus = rt.block_on(async {
+        let bus = Bus::new();
+        let hooks = (0..4)
+            .map(|i| BenchHook::trivial(format!("slow{i}")).delay(delay))
+            .collect();
+        let subject = Subject::hookbus(&bus, hooks).await;
+        let figure = median_ns(&few, || subject.event(pre_event())).await;
+        bus.shutdown(Duration::from_secs(5)).await;
+        figure
+    });
+    line(
+        "slow_4x10ms",
+        Some(RuntimeKind::CurrentThread),
+        Unit::Ns,
+        hookbus,
+        base,
+        format!("≤ 10.5 ms per event (is {:.2} ms)", hookbus / 1e6),
+        hookbus <= 10.5e6,
+    )
+}
+
+fn throughput(config: &BenchConfig, sessions: usize, inline: bool) -> (f64, Option<f64>) {
+    let rt = runtime(RuntimeKind::MultiThread);
+    let hookbus = rt.block_on(async {
+        let bus = Bus::new();
+        for hook in trivial_hooks(4, inline) {
+            let _ = bus.register(hook).await;
+        }
+        let mut subjects = Vec::with_capacity(sessions);
+        for _ in 0..sessions {
+            if let Ok(s) = bus.open_session(SessionConfig::new()).await {
+                subjects.push(Subject::Hookbus(s));
+            }
+        }
+        let figure = pairs_per_second(subjects, config.throughput_time).await;
+        bus.shutdown(Duration::from_secs(5)).await;
+        figure
+    });
+    let base = rt.block_on(async {
+        let shared = Subject::baseline("actor_baseline", 4, Duration::ZERO);
+        pairs_per_second(vec![shared; sessions], config.throughput_time).await
+    });
+    (hookbus, Some(base))
+}
+
+fn filter(config: &BenchConfig) -> BenchResult {
+    let rt = runtime(RuntimeKind::CurrentThread);
+    let figure = |registered: usize| {
+        rt.block_on(async {
+            let bus = Bus::new();
+            let mut hooks = vec![BenchHook::trivial("match").tool("Bash")];
+            hooks.extend(
+                (1..registered)
+                    .map(|i| BenchHook::trivial(format!("other{i}")).tool(format!("tool_{i}"))),
+            );
+            let subject = Subject::hookbus(&bus, hooks).await;
+            let f = median_ns(config, || subject.pair()).await;
+            bus.shutdown(Duration::from_secs(5)).await;
+            f
+        })
+    };
+    let single = figure(1);
+    let hundred = figure(100);
+    let r = hundred / single;
+    line(
+        "filter_100_registered",
+        Some(RuntimeKind::CurrentThread),
+        Unit::Ns,
+        hundred,
+        [None; 3],
+        format!("≤ 1.2× the single-hook figure of {single:.0} ns (is {r:.2}×)"),
+        r <= 1.2,
+    )
+}
+
+fn idle(config: &BenchConfig) -> BenchResult {
+    let rt = runtime(RuntimeKind::CurrentThread);
+    let per_session = rt.block_on(async {
+        let bus = Bus::new();
+        for hook in trivial_hooks(4, false) {
+            let _ = bus.register(hook).await;
+        }
+        // One session first, so one-time allocations are not counted.
+        let first = bus.open_session(SessionConfig::new()).await.ok();
+        let before = resident_bytes();
+        let mut sessions = Vec::with_capacity(config.idle_sessions);
+        for _ in 0..config.idle_sessions {
+            if let Ok(s) = bus.open_session(SessionConfig::new()).await {
+                sessions.push(s);
+            }
+        }
+        // Let every session actor start and go idle.
+        tokio::task::yield_now().await;
+        let after = resident_bytes();
+        drop(first);
+        let per = after.saturating_sub(before) as f64 / config.idle_sessions as f64;
+        bus.shutdown(Duration::from_secs(10)).await;
+        drop(sessions);
+        per
+    });
+    line(
+        "idle_session_bytes",
+        None,
+        Unit::Bytes,
+        per_session,
+        [None; 3],
+        format!(
+            "≤ 8192 bytes per idle session, {} open",
+            config.idle_sessions
+        ),
+        per_session <= 8192.0,
+    )
+}
+
+fn command(config: &BenchConfig) -> BenchResult {
+    let rt = runtime(RuntimeKind::MultiThread);
+    let few = BenchConfig {
+        samples: config.samples,
+        sample_time: config.sample_time * 4,
+        ..*config
+    };
+    let bare = rt.block_on(median_ns(&few, || async {
+        let _ = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg("true")
+            .output()
+            .await;
+    }));
+    let hookbus = rt.block_on(async {
+        let settings = ClaudeSettings::parse(
+            &[(
+                "bench".to_owned(),
+                json!({ "hooks": { "PreToolUse": [ { "hooks": [ { "type": "command", "command": "true" } ] } ] } })
+                    .to_string(),
+            )],
+            CompatOptions::default(),
+        )
+        .expect("a valid settings document");
+        let bus = Bus::new();
+        let _ = settings.register(&bus).await;
+        let session = bus
+            .open_session(SessionConfig::new())
+            .await
+            .expect("a session");
+        let subject = Subject::Hookbus(session);
+        let figure = median_ns(&few, || subject.event(pre_event())).await;
+        bus.shutdown(Duration::from_secs(5)).await;
+        figure
+    });
+    let r = hookbus / bare;
+    line(
+        "command_hook",
+        Some(RuntimeKind::MultiThread),
+        Unit::Ns,
+        hookbus,
+        [Some(bare), None, None],
+        format!("≤ 1.1× a bare `sh -c true` spawn (direct column; is {r:.2}×)"),
+        r <= 1.1,
+    )
+}
