@@ -18,7 +18,7 @@ use crate::event::EventKind;
 use crate::hook::{Hook, HookOptions};
 use crate::kill::KillSwitch;
 use crate::mailbox::Mailbox;
-use crate::metrics::{MetricsSnapshot, RuntimeMetrics};
+use crate::metrics::{MetricsReport, MetricsSnapshot, RuntimeMetrics};
 use crate::observer::{run_observer_actor, Observer, ObserverEntry, ObserverOptions};
 use crate::registry::{HookEntry, Registry, RegistryMsg, Snapshot, Target};
 use crate::session::{run_session_actor, Session, SessionConfig, SessionMsg, SessionShared};
@@ -104,6 +104,7 @@ impl BusBuilder {
         });
         Bus {
             inner: Arc::new(BusInner {
+                failure_listeners: parking_lot::RwLock::default(),
                 config,
                 published,
                 registry_tx,
@@ -119,7 +120,20 @@ impl BusBuilder {
     }
 }
 
+/// A hook call that failed, as failure listeners see it.
+#[derive(Debug, Clone)]
+pub(crate) struct HookFailure {
+    pub session_id: String,
+    pub hook: String,
+    pub event: EventKind,
+    pub status: String,
+}
+
+pub(crate) type FailureListener = Box<dyn Fn(&HookFailure) + Send + Sync>;
+
 pub(crate) struct BusInner {
+    /// Told of every failed hook call (the audit log records them).
+    pub failure_listeners: parking_lot::RwLock<Vec<FailureListener>>,
     pub config: BusConfig,
     pub published: Arc<ArcSwap<Snapshot>>,
     registry_tx: mpsc::Sender<RegistryMsg>,
@@ -346,6 +360,27 @@ impl Bus {
             .iter()
             .map(|s| s.key().clone())
             .collect()
+    }
+
+    /// Every figure the runtime keeps: its counters, events by name, and (once detailed
+    /// metrics are on, see [`MetricsHook`](crate::builtins::MetricsHook)) per-hook and per-tool
+    /// latency percentiles.
+    pub fn metrics_report(&self) -> MetricsReport {
+        self.inner.metrics.report()
+    }
+
+    /// Calls `listener` for every failed hook call from now on.
+    pub(crate) fn on_hook_failure(&self, listener: FailureListener) {
+        self.inner.failure_listeners.write().push(listener);
+    }
+
+    /// Turns on per-hook and per-tool latency recording.
+    pub fn enable_detailed_metrics(&self) {
+        self.inner
+            .metrics
+            .detail
+            .enabled
+            .store(true, Ordering::Relaxed);
     }
 
     /// The runtime's counters.

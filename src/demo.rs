@@ -244,6 +244,9 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         }
     };
     let audit = AuditTrail::default();
+    let audit_path = workspace.join("audit.sqlite");
+    let audit_log =
+        hookbus::builtins::AuditLog::open(&audit_path, hookbus::builtins::AuditMode::BestEffort)?;
     let agent = Agent::builder()
         .provider(Narrated(ScriptedProvider::from_script(script)))
         .hook(LoggingHook::with_sink(LogSink::Stdout))
@@ -262,6 +265,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         .approver(TerminalApprover::new(fallback))
         .build()
         .await?;
+    audit_log.install(agent.bus()).await?;
     let session = agent
         .open_session(
             SessionOptions::new(&workspace)
@@ -300,7 +304,14 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
     }
     session.close().await?;
     let report = agent.shutdown(Duration::from_secs(10)).await;
+    let written = audit_log.close().await;
     print_summary(&workspace, &results, &report, &audit);
+    say!(
+        "audit log: {} ({} records); inspect it with: hookbus audit --db {} calls",
+        audit_path.display(),
+        written.written,
+        audit_path.display()
+    );
     Ok(code)
 }
 
@@ -353,4 +364,77 @@ fn print_summary(
         say!("audit: {record}");
     }
     say!("workspace kept at {}", workspace.display());
+}
+
+/// Options of the durable-audit crash helper.
+#[derive(clap::Args)]
+pub struct DurableChildArgs {
+    /// The audit database (durable mode).
+    #[arg(long)]
+    db: PathBuf,
+    /// The workspace.
+    #[arg(long)]
+    workspace: PathBuf,
+    /// Tool calls to make, one per step.
+    #[arg(long, default_value_t = 20)]
+    calls: u32,
+    /// How long each call's tool sleeps.
+    #[arg(long, default_value_t = 50)]
+    sleep_ms: u64,
+}
+
+/// A tool that says when it starts (its intent is durable by then) and then sleeps.
+struct Slow {
+    sleep: Duration,
+}
+
+#[async_trait]
+impl Tool for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::ReadOnly
+    }
+    async fn execute(
+        &self,
+        _: serde_json::Value,
+        cx: ToolCx,
+    ) -> Result<serde_json::Value, ToolError> {
+        say!("running {}", cx.tool_use_id);
+        tokio::time::sleep(self.sleep).await;
+        Ok(json!("done"))
+    }
+}
+
+/// Runs a durable-audit session of slow calls, printing `running <id>` as each tool starts.
+pub async fn durable_child(args: DurableChildArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let log = hookbus::builtins::AuditLog::open(&args.db, hookbus::builtins::AuditMode::Durable)?;
+    let mut provider = ScriptedProvider::new();
+    for i in 0..args.calls {
+        provider = provider.turn(ScriptTurn::text("next").call_with_id(
+            format!("call-{i:03}"),
+            "slow",
+            json!({}),
+        ));
+    }
+    let agent = Agent::builder()
+        .provider(provider.turn(ScriptTurn::text("finished")))
+        .clear_tools()
+        .tool(Slow {
+            sleep: Duration::from_millis(args.sleep_ms),
+        })
+        .max_steps(args.calls + 5)
+        .build()
+        .await?;
+    log.install(agent.bus()).await?;
+    let session = agent
+        .open_session(SessionOptions::new(&args.workspace).id("durable"))
+        .await?;
+    let result = session.run_turn("go").await?;
+    session.close().await?;
+    agent.shutdown(Duration::from_secs(10)).await;
+    let report = log.close().await;
+    say!("finished {} ({} records)", result.reason, report.written);
+    Ok(ExitCode::SUCCESS)
 }

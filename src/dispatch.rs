@@ -31,7 +31,7 @@ use crate::bus::BusInner;
 use crate::event::{now_ms, Envelope, Event, EventKind, SessionEnd};
 use crate::hook::{Hook, HookCx};
 use crate::mailbox::{Answer, Delivery, Failure, ObserverMsg, ReplySlot};
-use crate::outcome::{blocks_chain, fold, Answered, Outcome, RunStatus};
+use crate::outcome::{blocks_chain, fold, reply_decision, Answered, Outcome, RunStatus};
 use crate::registry::{HookEntry, Snapshot, Target};
 use crate::session::SessionShared;
 
@@ -122,10 +122,7 @@ impl Dispatcher {
         }
         let env = self.envelope(event, turn, step);
         let snapshot = self.snapshot();
-        self.bus
-            .metrics
-            .events_dispatched
-            .fetch_add(1, Ordering::Relaxed);
+        self.count(&env);
         let (cancel, epoch) = self.shared.turn();
         let token = match self.hook_token.take() {
             Some((e, t)) if e == epoch && !*self.hook_token_spent.get_mut() => t,
@@ -153,6 +150,26 @@ impl Dispatcher {
         outcome
     }
 
+    /// Counts the event (and, with detailed metrics, the tool's latency from a Post event).
+    fn count(&self, env: &Envelope) {
+        let m = &self.bus.metrics;
+        m.events_dispatched.fetch_add(1, Ordering::Relaxed);
+        m.detail.by_event[env.kind().index()].fetch_add(1, Ordering::Relaxed);
+        if m.detail.enabled() {
+            match &env.event {
+                Event::PostToolUse(e) => {
+                    m.detail
+                        .record_tool(&e.tool_name, Duration::from_millis(e.duration_ms), false)
+                }
+                Event::PostToolUseFailure(e) => {
+                    m.detail
+                        .record_tool(&e.tool_name, Duration::from_millis(e.duration_ms), true)
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Ends the session (ORD-4): waits until observers took every earlier event, dispatches
     /// `SessionEnd` to hooks one at a time within the grace period, then drops session hooks and
     /// the scratchpad.
@@ -171,10 +188,7 @@ impl Dispatcher {
             turn,
             step,
         );
-        self.bus
-            .metrics
-            .events_dispatched
-            .fetch_add(1, Ordering::Relaxed);
+        self.count(&env);
         let cancel = Arc::new(CancellationToken::new());
         self.notify_observers(&snapshot, &env, &cancel).await;
         let matched = matching(&snapshot, &env);
@@ -502,7 +516,7 @@ impl Dispatcher {
                 (RunStatus::Panicked(p), None)
             }
         };
-        self.record(entry, env, &status);
+        self.record(entry, env, &status, reply.as_deref(), elapsed);
         Run {
             status,
             reply,
@@ -516,7 +530,7 @@ impl Dispatcher {
             .hook_timeouts
             .fetch_add(1, Ordering::Relaxed);
         let status = RunStatus::TimedOut;
-        self.record(entry, env, &status);
+        self.record(entry, env, &status, None, elapsed);
         Run {
             status,
             reply: None,
@@ -524,12 +538,56 @@ impl Dispatcher {
         }
     }
 
-    /// Feeds the circuit breaker; counts and logs a failure (FL-6).
-    fn record(&self, entry: &HookEntry, env: &Envelope, status: &RunStatus) {
+    /// Feeds the circuit breaker; counts and logs a failure (FL-6); records the run's latency
+    /// (when detailed metrics are on) and its telemetry span.
+    fn record(
+        &self,
+        entry: &HookEntry,
+        env: &Envelope,
+        status: &RunStatus,
+        reply: Option<&Reply>,
+        elapsed: Duration,
+    ) {
         let failed = status.is_failure();
         entry.breaker_record(failed);
+        let detail = &self.bus.metrics.detail;
+        if detail.enabled() {
+            detail.record_hook(
+                &entry.name,
+                elapsed,
+                failed,
+                *status == RunStatus::TimedOut,
+                matches!(status, RunStatus::Panicked(_)),
+            );
+        }
+        // Telemetry: one span per hook run, with why a call was decided and by whom. The
+        // fields are only computed when a subscriber wants the span.
+        let kind = env.kind();
+        let span = tracing::debug_span!(
+            "hook_run",
+            hook = %entry.name,
+            event = %kind,
+            session = %env.session_id,
+            tool = env.event.tool().map(|(name, _)| name),
+            decision = %run_decision(kind, status, reply),
+            reason = run_reason(kind, status, reply, entry.timeout).as_deref(),
+            latency_us = elapsed.as_micros() as u64,
+        );
+        drop(span.enter());
         if failed {
             self.bus.metrics.record_hook_failure(&entry.name);
+            let listeners = self.bus.failure_listeners.read();
+            if !listeners.is_empty() {
+                let failure = crate::bus::HookFailure {
+                    session_id: env.session_id.clone(),
+                    hook: entry.name.clone(),
+                    event: env.kind(),
+                    status: status.describe(entry.timeout),
+                };
+                for listener in listeners.iter() {
+                    listener(&failure);
+                }
+            }
             tracing::warn!(
                 hook = %entry.name,
                 event = %env.kind(),
@@ -740,6 +798,33 @@ impl InFlight<'_> {
             InFlight::Ready(answer) => Poll::Ready(answer.take()),
             InFlight::Done => Poll::Pending,
         }
+    }
+}
+
+/// What one run decided, for telemetry: the reply's decision, or how the call failed.
+fn run_decision(kind: EventKind, status: &RunStatus, reply: Option<&Reply>) -> String {
+    match (status, reply) {
+        (RunStatus::Answered, Some(r)) => format!("{:?}", reply_decision(kind, &r.action).0),
+        (RunStatus::Answered, None) => "Continue".into(),
+        (other, _) => format!("{other:?}")
+            .split('(')
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+/// The reason of a run's decision, or the failure's description.
+fn run_reason(
+    kind: EventKind,
+    status: &RunStatus,
+    reply: Option<&Reply>,
+    timeout: Duration,
+) -> Option<String> {
+    match (status, reply) {
+        (RunStatus::Answered, Some(r)) => reply_decision(kind, &r.action).1,
+        (RunStatus::Answered, None) => None,
+        (other, _) => Some(other.describe(timeout)),
     }
 }
 

@@ -89,6 +89,14 @@ pub enum Error {
         /// The system's message.
         message: String,
     },
+    /// An audit database that cannot be used (not an audit log, a newer schema, a failed write).
+    #[error("audit log {path}: {message}")]
+    Audit {
+        /// The database file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The runtime is shutting down or has shut down.
     #[error("the runtime is shutting down")]
     ShuttingDown,

@@ -126,7 +126,7 @@ pub use event_log::EventStream;
 pub use filter::{ArgPattern, NamePattern, ToolFilter};
 pub use hook::{CircuitBreaker, FailurePolicy, Hook, HookCx, HookOptions};
 pub use mailbox::{Delivery, Mailbox, ReplySlot};
-pub use metrics::MetricsSnapshot;
+pub use metrics::{LatencyStats, MetricsReport, MetricsSnapshot};
 pub use observer::{Observer, ObserverOptions, DEFAULT_ENQUEUE_WAIT, DEFAULT_OBSERVER_MAILBOX};
 pub use outcome::{Attributed, Decision, HookRun, Outcome, RunStatus, TaggedContext};
 pub use permission::{

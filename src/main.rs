@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod audit_cmd;
 mod bench_cmd;
 mod demo;
 mod replay_cmd;
@@ -26,20 +27,21 @@ enum Command {
     /// Measure dispatch against the baselines (direct, join_all, a bare actor fan-out) and
     /// report each target with pass/fail.
     Bench(bench_cmd::BenchArgs),
+    /// Read an audit log: sessions, calls, calls in doubt, one call.
+    Audit(audit_cmd::AuditArgs),
+    /// Runs a durable-audit session for crash tests (not for users).
+    #[command(hide = true)]
+    DurableChild(demo::DurableChildArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The benchmarks build their own runtimes.
-    if let Command::Bench(args) = cli.command {
-        return match bench_cmd::run_bench(args) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("hookbus: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
+    // These build their own runtimes, or need none.
+    let command = match cli.command {
+        Command::Bench(args) => return finish(bench_cmd::run_bench(args)),
+        Command::Audit(args) => return finish(audit_cmd::run(args)),
+        other => other,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -51,12 +53,18 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Demo(args) => demo::run(args).await,
             Command::Replay(args) => replay_cmd::run(args).await,
-            Command::Bench(_) => Ok(ExitCode::SUCCESS),
+            Command::DurableChild(args) => demo::durable_child(args).await,
+            Command::Bench(_) | Command::Audit(_) => Ok(ExitCode::SUCCESS),
         }
     });
+    finish(result)
+}
+
+/// The exit status of a command; an error is one line on stderr.
+fn finish(result: Result<ExitCode, Box<dyn std::error::Error>>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {

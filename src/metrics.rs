@@ -28,6 +28,8 @@ pub(crate) struct RuntimeMetrics {
     pub sessions_closed: AtomicU64,
     /// Failures per hook name.
     pub hook_failures: DashMap<String, u64>,
+    /// Per-event, per-hook and per-tool figures.
+    pub detail: DetailedMetrics,
 }
 
 impl RuntimeMetrics {
@@ -97,4 +99,166 @@ pub struct MetricsSnapshot {
     pub sessions_opened: u64,
     /// Sessions closed.
     pub sessions_closed: u64,
+}
+
+/// One hook's or tool's figures: counts and latency percentiles (microseconds).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyStats {
+    /// Runs recorded.
+    pub count: u64,
+    /// Runs that failed (error, panic, timeout, dropped reply; for tools: error results).
+    pub failures: u64,
+    /// Runs that timed out.
+    pub timeouts: u64,
+    /// Runs that panicked.
+    pub panics: u64,
+    /// Median latency.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// Slowest run.
+    pub max_us: u64,
+}
+
+/// Counts and a latency histogram (hdrhistogram, 3 significant digits, up to an hour).
+#[derive(Debug)]
+pub(crate) struct Series {
+    hist: hdrhistogram::Histogram<u64>,
+    stats: LatencyStats,
+}
+
+impl Default for Series {
+    fn default() -> Self {
+        Self {
+            // 1 µs .. 1 h at 3 significant digits: valid bounds, so this cannot fail.
+            hist: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("valid histogram bounds"),
+            stats: LatencyStats::default(),
+        }
+    }
+}
+
+impl Series {
+    fn record(&mut self, latency: std::time::Duration, failed: bool, timeout: bool, panic: bool) {
+        let us = (latency.as_micros() as u64).clamp(1, 3_600_000_000);
+        let _ = self.hist.record(us);
+        self.stats.count += 1;
+        self.stats.failures += u64::from(failed);
+        self.stats.timeouts += u64::from(timeout);
+        self.stats.panics += u64::from(panic);
+    }
+
+    fn stats(&self) -> LatencyStats {
+        let q = |p: f64| {
+            if self.hist.is_empty() {
+                0
+            } else {
+                self.hist.value_at_quantile(p)
+            }
+        };
+        LatencyStats {
+            p50_us: q(0.5),
+            p90_us: q(0.9),
+            p99_us: q(0.99),
+            max_us: if self.hist.is_empty() {
+                0
+            } else {
+                self.hist.max()
+            },
+            ..self.stats.clone()
+        }
+    }
+}
+
+/// Per-event, per-hook and per-tool figures. Events are always counted; hook and tool
+/// latencies are recorded once a [`MetricsHook`](crate::builtins::MetricsHook) asks for them.
+#[derive(Debug, Default)]
+pub(crate) struct DetailedMetrics {
+    pub enabled: std::sync::atomic::AtomicBool,
+    pub by_event: [AtomicU64; crate::event::EventKind::COUNT],
+    pub hooks: DashMap<String, parking_lot::Mutex<Series>>,
+    pub tools: DashMap<String, parking_lot::Mutex<Series>>,
+}
+
+impl DetailedMetrics {
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    pub fn record_hook(
+        &self,
+        hook: &str,
+        latency: std::time::Duration,
+        failed: bool,
+        timeout: bool,
+        panic: bool,
+    ) {
+        if let Some(series) = self.hooks.get(hook) {
+            series.lock().record(latency, failed, timeout, panic);
+            return;
+        }
+        self.hooks
+            .entry(hook.to_owned())
+            .or_default()
+            .lock()
+            .record(latency, failed, timeout, panic);
+    }
+
+    pub fn record_tool(&self, tool: &str, latency: std::time::Duration, failed: bool) {
+        if let Some(series) = self.tools.get(tool) {
+            series.lock().record(latency, failed, false, false);
+            return;
+        }
+        self.tools
+            .entry(tool.to_owned())
+            .or_default()
+            .lock()
+            .record(latency, failed, false, false);
+    }
+}
+
+/// Everything the runtime counts: its counters, events by name, and per-hook and per-tool
+/// latency percentiles. Serializable.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricsReport {
+    /// The runtime's counters.
+    pub runtime: MetricsSnapshot,
+    /// Events dispatched, by wire name.
+    pub events: BTreeMap<String, u64>,
+    /// Per hook.
+    pub hooks: BTreeMap<String, LatencyStats>,
+    /// Per tool (from `PostToolUse` / `PostToolUseFailure` durations).
+    pub tools: BTreeMap<String, LatencyStats>,
+}
+
+impl RuntimeMetrics {
+    /// The full report.
+    pub fn report(&self) -> MetricsReport {
+        let d = &self.detail;
+        MetricsReport {
+            runtime: self.snapshot(),
+            events: crate::event::EventKind::ALL
+                .iter()
+                .map(|k| {
+                    (
+                        k.as_str().to_owned(),
+                        d.by_event[k.index()].load(Ordering::Relaxed),
+                    )
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            hooks: d
+                .hooks
+                .iter()
+                .map(|e| (e.key().clone(), e.value().lock().stats()))
+                .collect(),
+            tools: d
+                .tools
+                .iter()
+                .map(|e| (e.key().clone(), e.value().lock().stats()))
+                .collect(),
+        }
+    }
 }

@@ -117,7 +117,7 @@ impl RunStatus {
                 | RunStatus::Cancelled
         )
     }
-    fn describe(&self, timeout: Duration) -> String {
+    pub(crate) fn describe(&self, timeout: Duration) -> String {
         match self {
             RunStatus::Answered => "answered".into(),
             RunStatus::Failed(e) => format!("failed: {e}"),

@@ -4,8 +4,17 @@
 //! * [`TimingHook`]: pairs `PreToolUse` and `PostToolUse` by tool-use id, under concurrent calls
 //!   (seed 000).
 
+//! * [`MetricsHook`]: counts and latency percentiles per event, hook and tool, shared with the
+//!   runtime's own figures.
+//! * [`AuditLog`]: a durable SQLite audit log of sessions, tool calls, permission decisions and
+//!   hook failures.
+
+mod audit;
 mod logging;
+mod metrics;
 mod timing;
 
+pub use audit::{AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRecord};
 pub use logging::{LogSink, LoggingHook};
+pub use metrics::MetricsHook;
 pub use timing::{TimingHook, ToolTiming};

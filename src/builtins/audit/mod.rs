@@ -1,0 +1,342 @@
+//! [`AuditLog`]: a SQLite audit log (WAL) of sessions, tool calls (request, final input,
+//! decision and who decided, outcome, output preview, timings), permission decisions with their
+//! source, hook failures, and session ends.
+//!
+//! One writer thread owns the connection and commits records in batches. In
+//! [`AuditMode::BestEffort`] (default) the log is an observer and records are written
+//! asynchronously; none is lost on a clean shutdown ([`AuditLog::close`] drains them). In
+//! [`AuditMode::Durable`] (seed 004) the intent of each tool call is committed with
+//! `synchronous=FULL` *before* the tool runs, by a fail-closed PreToolUse gate: no durable intent,
+//! no call. After a crash, calls with an intent and no outcome are reported as in doubt
+//! ([`AuditDb::in_doubt`]) — never re-run.
+
+mod read;
+mod schema;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use rusqlite::Connection;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+pub use read::{AuditDb, CallRecord, SessionRecord};
+use writer::{Record, WriterMsg};
+
+use crate::action::{HookResult, PreToolUseAction};
+use crate::bus::Bus;
+use crate::error::Error;
+use crate::event::*;
+use crate::hook::{Hook, HookCx, HookOptions};
+use crate::observer::{Observer, ObserverOptions};
+
+/// Characters of a tool's output kept in the log.
+const PREVIEW: usize = 200;
+
+/// How the log writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditMode {
+    /// An observer; records are written asynchronously (`synchronous=NORMAL`).
+    #[default]
+    BestEffort,
+    /// Intents are committed (`synchronous=FULL`) before each tool runs; fail-closed.
+    Durable,
+}
+
+/// What [`AuditLog::close`] reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditReport {
+    /// Records committed.
+    pub written: u64,
+    /// Records whose transaction failed.
+    pub failed: u64,
+}
+
+struct Inner {
+    path: PathBuf,
+    mode: AuditMode,
+    tx: Mutex<Option<mpsc::Sender<WriterMsg>>>,
+    written: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+}
+
+/// The audit log: open it, [`install`](AuditLog::install) it on a bus, [`close`](AuditLog::close)
+/// it after the bus shut down. Clones share the log.
+#[derive(Clone)]
+pub struct AuditLog {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("path", &self.inner.path)
+            .field("mode", &self.inner.mode)
+            .finish()
+    }
+}
+
+fn now_ms() -> u64 {
+    crate::event::now_ms()
+}
+
+fn audit_error(path: &Path, message: impl std::fmt::Display) -> Error {
+    Error::Audit {
+        path: path.display().to_string(),
+        message: message.to_string(),
+    }
+}
+
+impl AuditLog {
+    /// Opens (creating it and its schema on first use, migrating older versions) the log at
+    /// `path` and starts its writer.
+    pub fn open(path: impl AsRef<Path>, mode: AuditMode) -> Result<Self, Error> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = Connection::open(&path).map_err(|e| audit_error(&path, e))?;
+        conn.busy_timeout(Duration::from_secs(5))
+            .map_err(|e| audit_error(&path, e))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| audit_error(&path, format!("cannot use it as a database: {e}")))?;
+        let sync = match mode {
+            AuditMode::Durable => "FULL",
+            AuditMode::BestEffort => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", sync)
+            .map_err(|e| audit_error(&path, e))?;
+        schema::migrate(&mut conn).map_err(|e| audit_error(&path, e))?;
+        let (tx, rx) = mpsc::channel();
+        let written = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let (w, f) = (written.clone(), failed.clone());
+        std::thread::Builder::new()
+            .name("hookbus-audit".into())
+            .spawn(move || writer::run(conn, rx, w, f))
+            .map_err(|e| audit_error(&path, format!("cannot start the writer: {e}")))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path,
+                mode,
+                tx: Mutex::new(Some(tx)),
+                written,
+                failed,
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> AuditMode {
+        self.inner.mode
+    }
+
+    /// Records committed so far.
+    pub fn written(&self) -> u64 {
+        self.inner.written.load(Ordering::Relaxed)
+    }
+
+    fn send(&self, record: Record, ack: Option<oneshot::Sender<Result<(), String>>>) -> bool {
+        match &*self.inner.tx.lock() {
+            Some(tx) => tx.send(WriterMsg::Write { record, ack }).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Registers the log on `bus`: the recording observer, a hook-failure listener, and in
+    /// durable mode the intent gate.
+    pub async fn install(&self, bus: &Bus) -> Result<(), Error> {
+        bus.observe(AuditObserver { log: self.clone() }).await?;
+        let log = self.clone();
+        bus.on_hook_failure(Box::new(move |f| {
+            log.send(
+                Record::HookFailure {
+                    session_id: f.session_id.clone(),
+                    hook: f.hook.clone(),
+                    event: f.event.as_str().to_owned(),
+                    status: f.status.clone(),
+                    at_ms: now_ms(),
+                },
+                None,
+            );
+        }));
+        if self.inner.mode == AuditMode::Durable {
+            bus.register(IntentGate { log: self.clone() }).await?;
+        }
+        Ok(())
+    }
+
+    /// Commits what is queued and stops the writer; call after the bus shut down (so observers
+    /// delivered everything). Later records are not written.
+    pub async fn close(&self) -> AuditReport {
+        let tx = self.inner.tx.lock().take();
+        if let Some(tx) = tx {
+            let (done, wait) = oneshot::channel();
+            if tx.send(WriterMsg::Close(done)).is_ok() {
+                let _ = wait.await;
+            }
+        }
+        AuditReport {
+            written: self.inner.written.load(Ordering::Relaxed),
+            failed: self.inner.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Writes a request as an intent and waits until it is committed.
+    async fn intent(&self, env: &Envelope, ev: &PreToolUse) -> Result<(), String> {
+        let (ack, wait) = oneshot::channel();
+        let sent = self.send(
+            Record::Request {
+                session_id: env.session_id.clone(),
+                tool_use_id: ev.tool_use_id.clone(),
+                tool_name: ev.tool_name.clone(),
+                input: ev.tool_input.to_string(),
+                at_ms: now_ms(),
+                intent: true,
+            },
+            Some(ack),
+        );
+        if !sent {
+            return Err("the audit log is closed".into());
+        }
+        wait.await
+            .map_err(|_| "the audit writer stopped".to_owned())?
+    }
+}
+
+fn preview(value: &serde_json::Value) -> String {
+    let text = match value {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(o) => match o.get("stdout").and_then(|v| v.as_str()) {
+            Some(stdout) => stdout.to_owned(),
+            None => value.to_string(),
+        },
+        other => other.to_string(),
+    };
+    text.chars().take(PREVIEW).collect()
+}
+
+/// Records every event that belongs in the log.
+struct AuditObserver {
+    log: AuditLog,
+}
+
+#[async_trait]
+impl Observer for AuditObserver {
+    fn name(&self) -> &str {
+        "audit-log"
+    }
+    fn options(&self) -> ObserverOptions {
+        ObserverOptions {
+            events: vec![
+                EventKind::SessionStart,
+                EventKind::PreToolUse,
+                EventKind::PermissionDenied,
+                EventKind::PostToolUse,
+                EventKind::PostToolUseFailure,
+                EventKind::SessionEnd,
+            ],
+            mailbox: 4096,
+            ..ObserverOptions::default()
+        }
+    }
+    async fn on_event(&self, env: &Arc<Envelope>) {
+        let at_ms = now_ms();
+        let session_id = env.session_id.clone();
+        let record = match &env.event {
+            Event::SessionStart(_) => Record::SessionStart {
+                session_id,
+                parent_id: env.parent_session_id.clone(),
+                cwd: env.fields.cwd.clone(),
+                at_ms,
+            },
+            // In durable mode the gate already wrote it, as an intent.
+            Event::PreToolUse(e) => Record::Request {
+                session_id,
+                tool_use_id: e.tool_use_id.clone(),
+                tool_name: e.tool_name.clone(),
+                input: e.tool_input.to_string(),
+                at_ms,
+                intent: false,
+            },
+            Event::PermissionDenied(e) => Record::Denied {
+                session_id,
+                tool_use_id: e.tool_use_id.clone(),
+                tool_name: e.tool_name.clone(),
+                input: e.tool_input.to_string(),
+                decision: if e.source == DenialSource::Hook {
+                    "blocked"
+                } else {
+                    "denied"
+                },
+                source: e.source.to_string(),
+                decided_by: e.decided_by.clone(),
+                reason: e.reason.clone(),
+                at_ms,
+            },
+            Event::PostToolUse(e) => Record::Outcome {
+                session_id,
+                tool_use_id: e.tool_use_id.clone(),
+                tool_name: e.tool_name.clone(),
+                final_input: e.tool_input.to_string(),
+                is_error: false,
+                preview: preview(&e.tool_response),
+                duration_ms: e.duration_ms,
+                at_ms,
+            },
+            Event::PostToolUseFailure(e) => Record::Outcome {
+                session_id,
+                tool_use_id: e.tool_use_id.clone(),
+                tool_name: e.tool_name.clone(),
+                final_input: e.tool_input.to_string(),
+                is_error: true,
+                preview: e.error.chars().take(PREVIEW).collect(),
+                duration_ms: e.duration_ms,
+                at_ms,
+            },
+            Event::SessionEnd(e) => Record::SessionEnd {
+                session_id,
+                reason: e.reason.clone(),
+                at_ms,
+            },
+            _ => return,
+        };
+        self.log.send(record, None);
+    }
+}
+
+/// Durable mode's PreToolUse gate: answers only once the call's intent is committed; fails
+/// closed, so a call whose intent cannot be made durable is blocked.
+struct IntentGate {
+    log: AuditLog,
+}
+
+#[async_trait]
+impl Hook for IntentGate {
+    fn name(&self) -> &str {
+        "audit-intent"
+    }
+    fn options(&self) -> HookOptions {
+        HookOptions::new()
+            .events([EventKind::PreToolUse])
+            .fail_closed()
+            .timeout(Duration::from_secs(10))
+    }
+    async fn pre_tool_use(&self, cx: &HookCx, ev: &PreToolUse) -> HookResult<PreToolUseAction> {
+        match self.log.intent(cx.envelope(), ev).await {
+            Ok(()) => Ok(PreToolUseAction::proceed().into()),
+            Err(e) => Ok(PreToolUseAction::block(format!(
+                "the audit intent of this call could not be made durable: {e}"
+            ))
+            .into()),
+        }
+    }
+}
