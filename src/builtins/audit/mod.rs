@@ -7,7 +7,7 @@
 //! asynchronously; none is lost on a clean shutdown ([`AuditLog::close`] drains them). In
 //! [`AuditMode::Durable`] (seed 004) the intent of each tool call is committed with
 //! `synchronous=FULL` *before* the tool runs, by a fail-closed PreToolUse gate: no durable intent,
-//! no call. After a crash, calls with an intent and no outcome are reported as in doubt
+//! no call; its outcome is committed before the call's Post event completes. After a crash, calls with an intent and no outcome are reported as in doubt
 //! ([`AuditDb::in_doubt`]) — never re-run.
 
 mod read;
@@ -28,9 +28,10 @@ use tokio::sync::oneshot;
 pub use read::{AuditDb, CallRecord, SessionRecord};
 use writer::{Record, WriterMsg};
 
-use crate::action::{HookResult, PreToolUseAction};
+use crate::action::{HookResult, PostToolUseAction, PreToolUseAction};
 use crate::bus::Bus;
 use crate::error::Error;
+use crate::error::HookError;
 use crate::event::*;
 use crate::hook::{Hook, HookCx, HookOptions};
 use crate::observer::{Observer, ObserverOptions};
@@ -189,27 +190,6 @@ impl AuditLog {
             failed: self.inner.failed.load(Ordering::Relaxed),
         }
     }
-
-    /// Writes a request as an intent and waits until it is committed.
-    async fn intent(&self, env: &Envelope, ev: &PreToolUse) -> Result<(), String> {
-        let (ack, wait) = oneshot::channel();
-        let sent = self.send(
-            Record::Request {
-                session_id: env.session_id.clone(),
-                tool_use_id: ev.tool_use_id.clone(),
-                tool_name: ev.tool_name.clone(),
-                input: ev.tool_input.to_string(),
-                at_ms: now_ms(),
-                intent: true,
-            },
-            Some(ack),
-        );
-        if !sent {
-            return Err("the audit log is closed".into());
-        }
-        wait.await
-            .map_err(|_| "the audit writer stopped".to_owned())?
-    }
 }
 
 fn preview(value: &serde_json::Value) -> String {
@@ -249,74 +229,102 @@ impl Observer for AuditObserver {
         }
     }
     async fn on_event(&self, env: &Arc<Envelope>) {
-        let at_ms = now_ms();
-        let session_id = env.session_id.clone();
-        let record = match &env.event {
-            Event::SessionStart(_) => Record::SessionStart {
-                session_id,
-                parent_id: env.parent_session_id.clone(),
-                cwd: env.fields.cwd.clone(),
-                at_ms,
-            },
-            // In durable mode the gate already wrote it, as an intent.
-            Event::PreToolUse(e) => Record::Request {
-                session_id,
-                tool_use_id: e.tool_use_id.clone(),
-                tool_name: e.tool_name.clone(),
-                input: e.tool_input.to_string(),
-                at_ms,
-                intent: false,
-            },
-            Event::PermissionDenied(e) => Record::Denied {
-                session_id,
-                tool_use_id: e.tool_use_id.clone(),
-                tool_name: e.tool_name.clone(),
-                input: e.tool_input.to_string(),
-                decision: if e.source == DenialSource::Hook {
-                    "blocked"
-                } else {
-                    "denied"
-                },
-                source: e.source.to_string(),
-                decided_by: e.decided_by.clone(),
-                reason: e.reason.clone(),
-                at_ms,
-            },
-            Event::PostToolUse(e) => Record::Outcome {
-                session_id,
-                tool_use_id: e.tool_use_id.clone(),
-                tool_name: e.tool_name.clone(),
-                final_input: e.tool_input.to_string(),
-                is_error: false,
-                preview: preview(&e.tool_response),
-                duration_ms: e.duration_ms,
-                at_ms,
-            },
-            Event::PostToolUseFailure(e) => Record::Outcome {
-                session_id,
-                tool_use_id: e.tool_use_id.clone(),
-                tool_name: e.tool_name.clone(),
-                final_input: e.tool_input.to_string(),
-                is_error: true,
-                preview: e.error.chars().take(PREVIEW).collect(),
-                duration_ms: e.duration_ms,
-                at_ms,
-            },
-            Event::SessionEnd(e) => Record::SessionEnd {
-                session_id,
-                reason: e.reason.clone(),
-                at_ms,
-            },
-            _ => return,
-        };
-        self.log.send(record, None);
+        // In durable mode the gate writes tool-call records itself, committed in order.
+        let durable = self.log.inner.mode == AuditMode::Durable;
+        if durable && env.kind().is_tool_event() {
+            return;
+        }
+        if let Some(record) = record_of(env) {
+            self.log.send(record, None);
+        }
     }
 }
 
-/// Durable mode's PreToolUse gate: answers only once the call's intent is committed; fails
-/// closed, so a call whose intent cannot be made durable is blocked.
+/// The record an event leaves in the log, if any.
+fn record_of(env: &Envelope) -> Option<Record> {
+    let at_ms = now_ms();
+    let session_id = env.session_id.clone();
+    Some(match &env.event {
+        Event::SessionStart(_) => Record::SessionStart {
+            session_id,
+            parent_id: env.parent_session_id.clone(),
+            cwd: env.fields.cwd.clone(),
+            at_ms,
+        },
+        Event::PreToolUse(e) => Record::Request {
+            session_id,
+            tool_use_id: e.tool_use_id.clone(),
+            tool_name: e.tool_name.clone(),
+            input: e.tool_input.to_string(),
+            at_ms,
+            intent: false,
+        },
+        Event::PermissionDenied(e) => Record::Denied {
+            session_id,
+            tool_use_id: e.tool_use_id.clone(),
+            tool_name: e.tool_name.clone(),
+            input: e.tool_input.to_string(),
+            decision: if e.source == DenialSource::Hook {
+                "blocked"
+            } else {
+                "denied"
+            },
+            source: e.source.to_string(),
+            decided_by: e.decided_by.clone(),
+            reason: e.reason.clone(),
+            at_ms,
+        },
+        Event::PostToolUse(e) => Record::Outcome {
+            session_id,
+            tool_use_id: e.tool_use_id.clone(),
+            tool_name: e.tool_name.clone(),
+            final_input: e.tool_input.to_string(),
+            is_error: false,
+            preview: preview(&e.tool_response),
+            duration_ms: e.duration_ms,
+            at_ms,
+        },
+        Event::PostToolUseFailure(e) => Record::Outcome {
+            session_id,
+            tool_use_id: e.tool_use_id.clone(),
+            tool_name: e.tool_name.clone(),
+            final_input: e.tool_input.to_string(),
+            is_error: true,
+            preview: e.error.chars().take(PREVIEW).collect(),
+            duration_ms: e.duration_ms,
+            at_ms,
+        },
+        Event::SessionEnd(e) => Record::SessionEnd {
+            session_id,
+            reason: e.reason.clone(),
+            at_ms,
+        },
+        _ => return None,
+    })
+}
+
+/// Durable mode's gate: a call's intent is committed before the PreToolUse gate answers (it
+/// fails closed: no durable intent, no call), and its outcome or denial is committed before the
+/// call's Post event completes, so the log follows the calls in order.
 struct IntentGate {
     log: AuditLog,
+}
+
+impl IntentGate {
+    async fn commit(&self, env: &Envelope) -> Result<(), String> {
+        let Some(mut record) = record_of(env) else {
+            return Ok(());
+        };
+        if let Record::Request { intent, .. } = &mut record {
+            *intent = true;
+        }
+        let (ack, wait) = oneshot::channel();
+        if !self.log.send(record, Some(ack)) {
+            return Err("the audit log is closed".into());
+        }
+        wait.await
+            .map_err(|_| "the audit writer stopped".to_owned())?
+    }
 }
 
 #[async_trait]
@@ -326,17 +334,38 @@ impl Hook for IntentGate {
     }
     fn options(&self) -> HookOptions {
         HookOptions::new()
-            .events([EventKind::PreToolUse])
+            .events([
+                EventKind::PreToolUse,
+                EventKind::PermissionDenied,
+                EventKind::PostToolUse,
+                EventKind::PostToolUseFailure,
+            ])
             .fail_closed()
             .timeout(Duration::from_secs(10))
     }
-    async fn pre_tool_use(&self, cx: &HookCx, ev: &PreToolUse) -> HookResult<PreToolUseAction> {
-        match self.log.intent(cx.envelope(), ev).await {
-            Ok(()) => Ok(PreToolUseAction::proceed().into()),
-            Err(e) => Ok(PreToolUseAction::block(format!(
+    async fn pre_tool_use(&self, cx: &HookCx, _: &PreToolUse) -> HookResult<PreToolUseAction> {
+        Ok(match self.commit(cx.envelope()).await {
+            Ok(()) => PreToolUseAction::proceed().into(),
+            Err(e) => PreToolUseAction::block(format!(
                 "the audit intent of this call could not be made durable: {e}"
             ))
-            .into()),
-        }
+            .into(),
+        })
+    }
+    async fn permission_denied(&self, cx: &HookCx, _: &PermissionDenied) -> HookResult<()> {
+        self.commit(cx.envelope()).await.map_err(HookError::new)?;
+        Ok(().into())
+    }
+    async fn post_tool_use(&self, cx: &HookCx, _: &PostToolUse) -> HookResult<PostToolUseAction> {
+        self.commit(cx.envelope()).await.map_err(HookError::new)?;
+        Ok(PostToolUseAction::keep().into())
+    }
+    async fn post_tool_use_failure(
+        &self,
+        cx: &HookCx,
+        _: &PostToolUseFailure,
+    ) -> HookResult<PostToolUseAction> {
+        self.commit(cx.envelope()).await.map_err(HookError::new)?;
+        Ok(PostToolUseAction::keep().into())
     }
 }
