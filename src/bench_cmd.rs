@@ -18,7 +18,7 @@ pub struct BenchArgs {
 }
 
 /// Scenarios `run` reports, for the progress bar.
-const STEPS: u64 = 15;
+const STEPS: u64 = 16;
 
 /// Runs the benchmarks. Blocking: it builds its own runtimes.
 pub fn run_bench(args: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {

@@ -2,8 +2,13 @@
 
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
 use super::*;
 use crate::claude::{ClaudeSettings, CompatOptions};
+use crate::event::{Event, PreToolUse};
 
 const KINDS: [&str; 3] = ["direct", "join_all", "actor_baseline"];
 
@@ -170,7 +175,103 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Vec<BenchRes
     out.push(idle(config));
     progress("command_hook");
     out.push(command(config));
+    progress("audit_durable_intents_per_s");
+    out.push(audit(config));
     out
+}
+
+/// Durable intents per second with 8 sessions (batched commits), next to one commit per record.
+fn audit(config: &BenchConfig) -> BenchResult {
+    use crate::builtins::{AuditLog, AuditMode};
+    let dir = std::env::temp_dir().join(format!(
+        "hookbus-bench-audit-{}-{}",
+        std::process::id(),
+        crate::event::now_ms()
+    ));
+    let _ = std::fs::create_dir_all(&dir);
+    let rt = runtime(RuntimeKind::MultiThread);
+    let window = config.throughput_time;
+    let batched = rt.block_on(async {
+        let Ok(log) = AuditLog::open(dir.join("batched.sqlite"), AuditMode::Durable) else {
+            return 0.0;
+        };
+        let bus = Bus::new();
+        if log.install(&bus).await.is_err() {
+            return 0.0;
+        }
+        let done = Arc::new(AtomicU64::new(0));
+        let deadline = Instant::now() + window;
+        let mut tasks = Vec::new();
+        for s in 0..8 {
+            let Ok(session) = bus.open_session(SessionConfig::new()).await else {
+                continue;
+            };
+            let done = done.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut i = 0u64;
+                while Instant::now() < deadline {
+                    i += 1;
+                    let _ = session
+                        .dispatch(Event::PreToolUse(PreToolUse {
+                            tool_name: "Bash".into(),
+                            tool_input: json!({ "command": "ls" }),
+                            tool_use_id: format!("s{s}-{i}"),
+                        }))
+                        .await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        let started = Instant::now();
+        for t in tasks {
+            let _ = t.await;
+        }
+        let rate = done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        bus.shutdown(Duration::from_secs(10)).await;
+        log.close().await;
+        rate
+    });
+    let single = one_commit_per_record(&dir.join("single.sqlite"), window);
+    let _ = std::fs::remove_dir_all(&dir);
+    let r = batched / single;
+    line(
+        "audit_durable_intents_per_s",
+        Some(RuntimeKind::MultiThread),
+        Unit::PairsPerS,
+        batched,
+        [Some(single), None, None],
+        format!("batched commits, 8 sessions, vs one commit per record (direct column): {r:.1}×"),
+        r >= 1.0,
+    )
+}
+
+/// Intent records per second, each in its own `synchronous=FULL` transaction.
+fn one_commit_per_record(path: &std::path::Path, window: Duration) -> f64 {
+    use crate::builtins::{AuditLog, AuditMode};
+    // Create the schema the same way, then write with a plain connection.
+    if AuditLog::open(path, AuditMode::Durable).is_err() {
+        return f64::NAN;
+    }
+    let Ok(conn) = rusqlite::Connection::open(path) else {
+        return f64::NAN;
+    };
+    let _ = conn.pragma_update(None, "journal_mode", "WAL");
+    let _ = conn.pragma_update(None, "synchronous", "FULL");
+    let deadline = Instant::now() + window;
+    let started = Instant::now();
+    let mut n = 0u64;
+    while Instant::now() < deadline {
+        n += 1;
+        let ok = conn.execute(
+            "INSERT INTO tool_calls (session_id, tool_use_id, tool_name, request_input, requested_ms, intent_ms)
+             VALUES ('bench', ?1, 'Bash', '{}', 0, 0)",
+            [n.to_string()],
+        );
+        if ok.is_err() {
+            break;
+        }
+    }
+    n as f64 / started.elapsed().as_secs_f64()
 }
 
 fn slow(config: &BenchConfig) -> BenchResult {
