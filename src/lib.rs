@@ -99,6 +99,7 @@ mod registry;
 pub mod rule;
 mod scratchpad;
 mod scripted;
+pub mod service;
 mod session;
 mod tool;
 pub mod tools;
