@@ -24,6 +24,13 @@
 //!   built-ins in [`tools`], plus the `task` tool for subagents). Each [`AgentSession`] is an
 //!   actor that runs turns ([`AgentSession::run_turn`] → [`TurnResult`]), fires every lifecycle
 //!   event at its moment, can be cancelled, and streams its envelopes ([`AgentSession::events`]).
+//! * [`claude`] runs existing Claude Code hook settings and scripts unchanged, as hooks in the
+//!   same registry ([`claude::ClaudeSettings`]), and [`claude::replay`] feeds a recorded
+//!   transcript through them (`hookbus replay`).
+//! * [`builtins`] holds [`builtins::LoggingHook`], [`builtins::TimingHook`],
+//!   [`builtins::MetricsHook`] and [`builtins::AuditLog`] (SQLite, with a durable mode);
+//!   [`service`] is an axum HTTP service around an [`Agent`]; [`benchmark`] holds the benchmark
+//!   scenarios and baselines of `cargo bench` and `hookbus bench`.
 //! * [`Session::close`] dispatches `SessionEnd` last, hook by hook, after observers took every
 //!   earlier event; [`Bus::shutdown`] closes everything and drains observers.
 //!
