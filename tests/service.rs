@@ -102,6 +102,24 @@ impl Service {
             events
         })
     }
+    /// Runs a turn in a task; the task answers the turn's JSON result.
+    fn turn(&self, id: &str, prompt: &str) -> tokio::task::JoinHandle<Value> {
+        let client = self.client.clone();
+        let url = self.url(&format!("/sessions/{id}/turns"));
+        let body = json!({ "prompt": prompt });
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    }
+
     async fn wait_for_approval(&self) -> Value {
         for _ in 0..400 {
             let (_, v) = self.get("/approvals").await;
@@ -139,21 +157,7 @@ async fn a_turn_with_an_approval_and_a_cancelled_turn_over_http() {
     let stream = svc.collect_events(&id).await;
 
     // Turn 1 needs an approval, answered through /approvals.
-    let turn = {
-        let client = svc.client.clone();
-        let url = svc.url(&format!("/sessions/{id}/turns"));
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .json(&json!({ "prompt": "go" }))
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        })
-    };
+    let turn = svc.turn(&id, "go");
     let approval = svc.wait_for_approval().await;
     assert_eq!(approval["tool_name"], "bash");
     let (status, v) = svc
@@ -171,21 +175,7 @@ async fn a_turn_with_an_approval_and_a_cancelled_turn_over_http() {
         .contains("hi"));
 
     // Turn 2 runs a long command (allowed always for the session this time) and is cancelled.
-    let turn = {
-        let client = svc.client.clone();
-        let url = svc.url(&format!("/sessions/{id}/turns"));
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .json(&json!({ "prompt": "wait" }))
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        })
-    };
+    let turn = svc.turn(&id, "wait");
     let approval = svc.wait_for_approval().await;
     svc.post(
         &format!("/approvals/{}", approval["id"]),
@@ -298,18 +288,7 @@ async fn bad_requests_get_4xx_with_the_error_and_change_nothing() {
             None,
         )
         .await;
-    let turn = {
-        let client = svc.client.clone();
-        let url = svc.url(&format!("/sessions/{id}/turns"));
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .json(&json!({ "prompt": "go" }))
-                .send()
-                .await
-                .unwrap()
-        })
-    };
+    let turn = svc.turn(&id, "go");
     let approval = svc.wait_for_approval().await;
     let (status, body) = svc
         .post(
@@ -327,7 +306,7 @@ async fn bad_requests_get_4xx_with_the_error_and_change_nothing() {
         )
         .await;
     assert_eq!(status, 200);
-    let result: Value = turn.await.unwrap().json().await.unwrap();
+    let result = turn.await.unwrap();
     assert_eq!(result["calls"][0]["status"]["source"], "user");
 }
 
@@ -495,18 +474,7 @@ async fn the_dashboard_shows_the_session_events_and_a_pending_approval_in_chromi
             None,
         )
         .await;
-    let turn = {
-        let client = svc.client.clone();
-        let url = svc.url(&format!("/sessions/{id}/turns"));
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .json(&json!({ "prompt": "go" }))
-                .send()
-                .await
-                .unwrap()
-        })
-    };
+    let turn = svc.turn(&id, "go");
     let approval = svc.wait_for_approval().await;
     let browser = Browser::start().await;
     browser.open(&svc.url(&format!("/?session={id}"))).await;
@@ -534,7 +502,7 @@ async fn the_dashboard_shows_the_session_events_and_a_pending_approval_in_chromi
         json!({ "decision": "allow" }),
     )
     .await;
-    let result: Value = turn.await.unwrap().json().await.unwrap();
+    let result = turn.await.unwrap();
     assert_eq!(result["reason"], "completed");
     let dom = browser
         .dom_when(|d| d.contains("<td>Stop</td>") && !d.contains("class=\"approval\""))

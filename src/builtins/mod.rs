@@ -15,6 +15,9 @@ mod metrics;
 mod timing;
 
 pub use audit::{AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRecord};
+
+/// The audit log under the name seed 002 gives it.
+pub type AuditLogHook = AuditLog;
 pub use logging::{LogSink, LoggingHook};
 pub use metrics::MetricsHook;
 pub use timing::{TimingHook, ToolTiming};
