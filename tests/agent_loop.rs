@@ -881,3 +881,39 @@ async fn cancel_reaches_hooks_in_flight_and_refuses_the_rest_of_the_turn() {
     assert!(kinds.contains(&K::Interrupt));
     assert_eq!(kinds.last(), Some(&K::SessionEnd));
 }
+
+#[tokio::test]
+async fn the_same_context_from_several_calls_reaches_the_model_once() {
+    let ws = workspace();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let agent = Agent::builder()
+        .provider(Recording {
+            inner: ScriptedProvider::new()
+                .turn(
+                    ScriptTurn::text("r")
+                        .call("read_file", json!({ "path": "main.py" }))
+                        .call("list_dir", json!({})),
+                )
+                .turn(ScriptTurn::text("done")),
+            requests: requests.clone(),
+        })
+        .hook(AddContext)
+        .build()
+        .await
+        .unwrap();
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
+    session.run_turn("go").await.unwrap();
+    session.close().await.unwrap();
+    let requests = requests.lock().clone();
+    let reminder = &requests[1].last().unwrap().content;
+    assert_eq!(
+        reminder
+            .matches("the file is generated; do not edit it")
+            .count(),
+        1,
+        "{reminder}"
+    );
+}

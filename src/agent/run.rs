@@ -16,6 +16,7 @@ use super::compact;
 use super::turn::{TerminalReason, TurnMetrics, TurnResult};
 use super::{AgentInner, LoopMsg, LoopShared};
 use crate::actor::panic_message;
+use crate::builtins::ContextDeduplicator;
 use crate::error::Error;
 use crate::event::*;
 use crate::outcome::Outcome;
@@ -240,7 +241,8 @@ impl SessionLoop {
             }
             self.step += 1;
             self.shared.step.store(self.step, Ordering::Relaxed);
-            if let Some(reminder) = system_reminder(&std::mem::take(&mut self.reminders)) {
+            let reminders = ContextDeduplicator::unique(std::mem::take(&mut self.reminders));
+            if let Some(reminder) = system_reminder(&reminders) {
                 self.push(t, Message::user(reminder));
             }
             let request = ModelRequest {

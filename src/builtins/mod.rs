@@ -6,10 +6,12 @@
 
 //! * [`MetricsHook`]: counts and latency percentiles per event, hook and tool, shared with the
 //!   runtime's own figures.
+//! * [`ContextDeduplicator`]: drops repeated contexts within one `<system-reminder>`.
 //! * [`AuditLog`]: a durable SQLite audit log of sessions, tool calls, permission decisions and
 //!   hook failures.
 
 mod audit;
+mod dedup;
 mod logging;
 mod metrics;
 mod timing;
@@ -18,6 +20,7 @@ pub use audit::{AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRe
 
 /// The audit log under the name seed 002 gives it.
 pub type AuditLogHook = AuditLog;
+pub use dedup::ContextDeduplicator;
 pub use logging::{LogSink, LoggingHook};
 pub use metrics::MetricsHook;
 pub use timing::{TimingHook, ToolTiming};

@@ -137,9 +137,11 @@ async fn collect(task: Option<tokio::task::JoinHandle<Captured>>) -> Captured {
 
 /// Expands `$VAR` / `${VAR}` in a header value for allowed names; others become empty.
 fn expand_header(value: &str, allowed: &[String]) -> String {
-    let re = regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-        .expect("a valid pattern");
-    re.replace_all(value, |caps: &regex::Captures<'_>| {
+    static VAR: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+            .expect("a valid pattern")
+    });
+    VAR.replace_all(value, |caps: &regex::Captures<'_>| {
         let name = caps
             .get(1)
             .or_else(|| caps.get(2))
