@@ -76,8 +76,14 @@ impl Approver for PolicyApprover {
     }
 }
 
-/// Asks on the terminal: `[Permission] Allow <tool> <input>? (y/n/always)`. When stdin is not a
-/// terminal it answers with its fallback and prints the answer.
+/// Asks on the terminal, in seed 000's words:
+///
+/// ```text
+/// [Permission] bash wants to run {"command":"python3 main.py"} (mode default asks for Other tools)
+/// [Permission] Allow? (y/n/always) y
+/// ```
+///
+/// When stdin is not a terminal it answers with its fallback and prints the answer.
 #[derive(Debug, Clone)]
 pub struct TerminalApprover {
     fallback: Approval,
@@ -89,11 +95,11 @@ impl TerminalApprover {
         Self { fallback }
     }
 
-    /// The prompt line.
+    /// The prompt: what is asked (one line), then the question.
     pub fn prompt(request: &ApprovalRequest) -> String {
         format!(
-            "[Permission] Allow {} {}? (y/n/always)",
-            request.tool_name, request.input
+            "[Permission] {} wants to run {} ({})\n[Permission] Allow? (y/n/always)",
+            request.tool_name, request.input, request.reason
         )
     }
 

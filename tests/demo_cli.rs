@@ -31,7 +31,8 @@ fn demo_prints_the_trace_the_answer_and_the_summary() {
     for line in [
         "[Hook] PreToolUse: read_file (id=toolu_01)",
         "[Hook] Tool 'read_file' executed in",
-        "[Permission] Allow bash {\"command\":\"python3 main.py\"}? (y/n/always) y",
+        "[Permission] bash wants to run {\"command\":\"python3 main.py\"}",
+        "[Permission] Allow? (y/n/always) y",
         "[Tool] bash → 42",
         "[Hook] Stop",
         "[Turn 1] completed",
