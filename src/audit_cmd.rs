@@ -10,9 +10,9 @@ use hookbus::builtins::{AuditDb, CallRecord};
 /// Options of `hookbus audit`.
 #[derive(clap::Args)]
 pub struct AuditArgs {
-    /// The audit database.
-    #[arg(long, value_name = "FILE")]
-    db: PathBuf,
+    /// The audit database (before or after the query).
+    #[arg(long, value_name = "FILE", global = true)]
+    db: Option<PathBuf>,
     /// `text` or `json`.
     #[arg(long, value_parser = ["text", "json"], default_value = "text", global = true)]
     format: String,
@@ -59,7 +59,10 @@ fn call_line(c: &CallRecord) -> String {
 
 /// Runs the query.
 pub fn run(args: AuditArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let db = AuditDb::open(&args.db)?;
+    let path = args
+        .db
+        .ok_or("--db FILE is required: the audit database to read")?;
+    let db = AuditDb::open(&path)?;
     let json = args.format == "json";
     let mut out = std::io::stdout().lock();
     match args.what {
@@ -103,7 +106,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         What::Show { call } => match db.call(&call)? {
             None => {
-                return Err(format!("{}: no call `{call}`", args.db.display()).into());
+                return Err(format!("{}: no call `{call}`", path.display()).into());
             }
             Some(c) => {
                 if json {
