@@ -45,7 +45,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let state = ServiceState::new(agent.clone(), desk, &workspaces);
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    tracing::info!(addr = %listener.local_addr()?, "hookbus service listening");
+    let local = listener.local_addr()?;
+    // One plain line first, for scripts that start the service on port 0.
+    println!("hookbus service listening on http://{local}");
+    tracing::info!(addr = %local, "hookbus service listening");
     axum::serve(listener, router(state))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

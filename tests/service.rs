@@ -514,3 +514,51 @@ async fn the_dashboard_shows_the_session_events_and_a_pending_approval_in_chromi
     assert!(!dom.contains("class=\"approval\""), "{dom}");
     browser.quit().await;
 }
+
+#[tokio::test]
+async fn a_script_may_be_the_body_itself_a_json_string_or_a_file() {
+    let svc = start().await;
+    let turns = json!([ { "text": "hi" } ]);
+    let (status, _) = svc
+        .post(
+            "/sessions",
+            json!({ "id": "inline-body", "turns": turns, "mode": "plan" }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, _) = svc
+        .post(
+            "/sessions",
+            json!({ "id": "as-string", "script": json!({ "turns": turns }).to_string() }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let file = svc._dir.path().join("script.json");
+    std::fs::write(&file, json!({ "turns": turns }).to_string()).unwrap();
+    let (status, _) = svc
+        .post(
+            "/sessions",
+            json!({ "id": "from-file", "script": file.display().to_string() }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    for id in ["inline-body", "as-string", "from-file"] {
+        let (status, result) = svc
+            .post(
+                &format!("/sessions/{id}/turns"),
+                json!({ "message": "hello" }),
+            )
+            .await;
+        assert_eq!(status, 200, "{id}: {result}");
+        assert_eq!(result["text"], "hi", "{id}");
+    }
+    let (status, body) = svc
+        .post(
+            "/sessions",
+            json!({ "id": "missing", "script": "/no/such/script.json" }),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let (_, list) = svc.get("/sessions").await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 3);
+}

@@ -145,13 +145,33 @@ async fn page() -> Html<&'static str> {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct OpenSession {
-    script: Script,
+    /// The script: an object, a JSON string, or the path of a script file. Without it, the
+    /// body's own `turns` (and `agents`, `files`) are the script.
     #[serde(default)]
+    script: Option<Value>,
+    #[serde(default, alias = "mode")]
     permission_mode: Option<String>,
     #[serde(default)]
     id: Option<String>,
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
+}
+
+fn script_of(body: &mut OpenSession) -> Result<Script, ApiError> {
+    let bad = |e: crate::Error| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
+    match body.script.take() {
+        Some(Value::String(text)) if text.trim_start().starts_with('{') => {
+            Script::parse(&text, "script").map_err(bad)
+        }
+        Some(Value::String(path)) => Script::load(&path).map_err(bad),
+        Some(value) => Script::parse(&value.to_string(), "script").map_err(bad),
+        None => Script::parse(
+            &Value::Object(std::mem::take(&mut body.rest)).to_string(),
+            "body",
+        )
+        .map_err(bad),
+    }
 }
 
 /// Session ids become directory names: keep them plain.
@@ -169,7 +189,8 @@ async fn open_session(
     State(state): State<ServiceState>,
     body: Result<Json<OpenSession>, JsonRejection>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let Json(body) = body?;
+    let Json(mut body) = body?;
+    let script = script_of(&mut body)?;
     let mode = match body.permission_mode.as_deref() {
         None => None,
         Some(m) => Some(
@@ -203,7 +224,7 @@ async fn open_session(
             format!("cannot create the workspace: {e}"),
         )
     })?;
-    for (name, content) in &body.script.files {
+    for (name, content) in &script.files {
         let path = crate::tools::Workspace::new(&workspace)
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
             .resolve(name)
@@ -216,7 +237,7 @@ async fn open_session(
     }
     let mut options = SessionOptions::new(&workspace).id(&id);
     options.permission_mode = mode;
-    options.provider = Some(Arc::new(ScriptedProvider::from_script(body.script)));
+    options.provider = Some(Arc::new(ScriptedProvider::from_script(script)));
     let session = state.agent.open_session(options).await?;
     state.sessions.insert(id.clone(), session.clone());
     Ok((
@@ -239,8 +260,8 @@ async fn list_sessions(State(state): State<ServiceState>) -> Json<Value> {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct Turn {
+    #[serde(alias = "message", alias = "input", alias = "text")]
     prompt: String,
 }
 
