@@ -4,9 +4,9 @@
 //!
 //! | method and path | what |
 //! |---|---|
-//! | `POST /sessions` | opens a session: `{"script": <ScriptedProvider script>, "permission_mode"?: "default", "id"?: "..."}` |
+//! | `POST /sessions` | opens a session: `{"script": <script>, "permission_mode"?: "default", "id"?: "..."}`; the script is a [`Script`] object, a JSON string, or a file path, or the body's own `turns` |
 //! | `GET /sessions` | the open sessions' ids |
-//! | `POST /sessions/{id}/turns` | runs a turn: `{"prompt": "..."}`; answers the turn's result |
+//! | `POST /sessions/{id}/turns` | runs a turn: `{"prompt": "..."}` (or `message`); answers the turn's result |
 //! | `GET /sessions/{id}/events` | Server-Sent Events: the session's envelopes as JSON, in order, to `SessionEnd` |
 //! | `POST /sessions/{id}/cancel` | cancels the running turn |
 //! | `DELETE /sessions/{id}` | closes the session (`SessionEnd`) |
