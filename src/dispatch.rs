@@ -715,7 +715,9 @@ impl Dispatcher {
         outcome
     }
 
-    /// Calls one hook with its timeout (or `budget`, when shorter) and classifies the result.
+    /// Calls one hook with its timeout (or `budget`, when shorter) and classifies the result:
+    /// the one-at-a-time path of `after` chains and `SessionEnd`, started like a parallel join's
+    /// calls and with a child token of its own.
     async fn call(
         &self,
         entry: &Arc<HookEntry>,
@@ -723,47 +725,30 @@ impl Dispatcher {
         parent: &CancellationToken,
         budget: Option<Duration>,
     ) -> Run {
-        let metrics = &self.bus.metrics;
         let started = Instant::now();
-        if !entry.breaker_admits() {
-            metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
-            return Run {
-                status: RunStatus::SkippedCircuitOpen,
-                reply: None,
-                elapsed: Duration::ZERO,
-            };
-        }
-        metrics.hook_calls.fetch_add(1, Ordering::Relaxed);
-        entry.calls.fetch_add(1, Ordering::Relaxed);
-        let limit = budget.map_or(entry.timeout, |b| b.min(entry.timeout));
         let token = Arc::new(parent.child_token());
-        let cx = HookCx::new(env.clone(), self.shared.scratchpad.clone(), token.clone());
-        let answer = match &entry.target {
-            Target::Actor(tx) => {
-                let (slot, rx) = ReplySlot::new();
-                let delivery = Delivery {
-                    cx,
-                    reply: Some(slot),
-                };
-                tokio::time::timeout(limit, async {
-                    if tx.send(delivery).await.is_err() {
-                        return Some(Err(Failure::Error("the hook's mailbox is closed".into())));
-                    }
-                    rx.await.ok()
-                })
-                .await
-            }
+        // An inline hook borrows its context from here while it runs.
+        let cx;
+        let flight = match &entry.target {
             Target::Inline(hook) => {
-                tokio::time::timeout(limit, async {
-                    let _permit = match &entry.inline_limit {
-                        Some(sem) => sem.acquire().await.ok(),
-                        None => None,
-                    };
-                    Some(crate::actor::serve(hook.as_ref(), &cx).await)
-                })
-                .await
+                cx = self.cx(&env, &token);
+                self.start_inline(entry, hook.as_ref(), &cx)
+            }
+            Target::Actor(tx) => self.start_actor(entry, tx, &env, &token),
+        };
+        let mut flight = match flight {
+            Ok(flight) => flight,
+            Err(status) => {
+                return Run {
+                    status,
+                    reply: None,
+                    elapsed: Duration::ZERO,
+                }
             }
         };
+        let limit = budget.map_or(entry.timeout, |b| b.min(entry.timeout));
+        let answer = tokio::time::timeout(limit, std::future::poll_fn(|c| flight.poll(c))).await;
+        drop(flight);
         let elapsed = started.elapsed();
         match answer {
             Err(_) => {
