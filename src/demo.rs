@@ -208,18 +208,8 @@ fn make_workspace(script: &Script) -> Result<PathBuf, Error> {
         message: e.to_string(),
     };
     std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-    let ws = tools::Workspace::new(&dir).map_err(|e| io(&dir, e))?;
-    for (name, content) in &script.files {
-        let path = ws.resolve(name).map_err(|e| Error::Io {
-            path: name.clone(),
-            message: e.to_string(),
-        })?;
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
-        }
-        std::fs::write(&path, content).map_err(|e| io(&path, e))?;
-    }
-    Ok(ws.root().to_path_buf())
+    script.write_files(&dir)?;
+    dir.canonicalize().map_err(|e| io(&dir, e))
 }
 
 /// Runs the demo.

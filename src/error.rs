@@ -81,6 +81,14 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A path that leaves the workspace it must stay in.
+    #[error("path `{path}` is outside the workspace {workspace}")]
+    OutsideWorkspace {
+        /// The path as given.
+        path: String,
+        /// The workspace.
+        workspace: String,
+    },
     /// A file could not be read or written.
     #[error("{path}: {message}")]
     Io {

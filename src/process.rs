@@ -4,6 +4,8 @@
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Child;
+use tokio::task::JoinHandle;
 
 /// Kills a process group with `SIGKILL` when dropped, so whatever way a call ends (done, timed
 /// out, cancelled, or its future dropped), nothing of the group survives it.
@@ -68,4 +70,39 @@ pub(crate) async fn read_capped(mut stream: impl AsyncRead + Unpin, cap: usize) 
         out.bytes.extend_from_slice(&buf[..n.min(room)]);
     }
     out
+}
+
+/// A child's stdout and stderr, read beside its wait so that a full pipe never blocks it.
+#[derive(Debug)]
+pub(crate) struct Output {
+    stdout: Option<JoinHandle<Captured>>,
+    stderr: Option<JoinHandle<Captured>>,
+}
+
+impl Output {
+    /// Starts reading the child's piped stdout and stderr, keeping `cap` bytes of each.
+    pub fn read(child: &mut Child, cap: usize) -> Self {
+        Self {
+            stdout: child
+                .stdout
+                .take()
+                .map(|s| tokio::spawn(read_capped(s, cap))),
+            stderr: child
+                .stderr
+                .take()
+                .map(|s| tokio::spawn(read_capped(s, cap))),
+        }
+    }
+
+    /// Both streams, once they ended (kill the process group first, or a leftover holding a
+    /// pipe open keeps them going).
+    pub async fn collect(self) -> (Captured, Captured) {
+        async fn one(task: Option<JoinHandle<Captured>>) -> Captured {
+            match task {
+                Some(t) => t.await.unwrap_or_default(),
+                None => Captured::default(),
+            }
+        }
+        (one(self.stdout).await, one(self.stderr).await)
+    }
 }

@@ -184,6 +184,33 @@ impl Script {
     }
 }
 
+impl Script {
+    /// Writes the script's `files` into the workspace `dir` (which must exist), creating their
+    /// directories; a file outside the workspace is refused before anything is written.
+    pub fn write_files(&self, dir: &Path) -> Result<(), Error> {
+        let io = |path: &Path, e: std::io::Error| Error::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let ws = crate::tools::Workspace::new(dir).map_err(|e| io(dir, e))?;
+        let mut targets = Vec::with_capacity(self.files.len());
+        for (name, content) in &self.files {
+            let path = ws.resolve(name).map_err(|_| Error::OutsideWorkspace {
+                path: name.clone(),
+                workspace: ws.root().display().to_string(),
+            })?;
+            targets.push((path, content));
+        }
+        for (path, content) in targets {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+            }
+            std::fs::write(&path, content).map_err(|e| io(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Default)]
 struct Cursor {
     next: usize,

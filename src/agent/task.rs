@@ -66,11 +66,7 @@ impl Tool for TaskTool {
             .agent
             .upgrade()
             .ok_or_else(|| ToolError::new("the agent has shut down"))?;
-        let prompt = input
-            .get("prompt")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ToolError::new("missing string argument `prompt`"))?
-            .to_owned();
+        let prompt = crate::tools::str_arg(&input, "prompt")?.to_owned();
         let agent_type = input
             .get("subagent_type")
             .and_then(Value::as_str)

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::settings::{expand_project_dir, HandlerKind};
-use crate::process::{read_capped, Captured, GroupGuard};
+use crate::process::{Captured, GroupGuard, Output};
 
 /// How a handler run ended, before its output is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,15 +94,7 @@ async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> 
             let _ = stdin.shutdown().await;
         });
     }
-    let cap = cx.cap;
-    let stdout = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(read_capped(s, cap)));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|s| tokio::spawn(read_capped(s, cap)));
+    let output = Output::read(&mut child, cx.cap);
     let status = tokio::select! {
         status = child.wait() => Some(status),
         _ = tokio::time::sleep(cx.timeout) => None,
@@ -121,17 +113,11 @@ async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> 
         Ok(s) => s.code(),
         Err(e) => return Raw::SpawnError(format!("waiting for `{command}`: {e}")),
     };
+    let (stdout, stderr) = output.collect().await;
     Raw::Exited {
         code,
-        stdout: collect(stdout).await,
-        stderr: collect(stderr).await,
-    }
-}
-
-async fn collect(task: Option<tokio::task::JoinHandle<Captured>>) -> Captured {
-    match task {
-        Some(t) => t.await.unwrap_or_default(),
-        None => Captured::default(),
+        stdout,
+        stderr,
     }
 }
 

@@ -224,17 +224,12 @@ async fn open_session(
             format!("cannot create the workspace: {e}"),
         )
     })?;
-    for (name, content) in &script.files {
-        let path = crate::tools::Workspace::new(&workspace)
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-            .resolve(name)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
-        if let Some(parent) = path.parent() {
-            let _ = std::fs::create_dir_all(parent);
+    script.write_files(&workspace).map_err(|e| match e {
+        crate::Error::OutsideWorkspace { .. } => {
+            ApiError::new(StatusCode::BAD_REQUEST, e.to_string())
         }
-        std::fs::write(&path, content)
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    }
+        e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    })?;
     let mut options = SessionOptions::new(&workspace).id(&id);
     options.permission_mode = mode;
     options.provider = Some(Arc::new(ScriptedProvider::from_script(script)));

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::{str_arg, Workspace};
-use crate::process::{read_capped, Captured, GroupGuard};
+use crate::process::{GroupGuard, Output};
 use crate::tool::{Tool, ToolCx, ToolError};
 
 /// Default time a command may run.
@@ -86,12 +86,7 @@ impl Tool for Bash {
             .and_then(Value::as_u64)
             .map(Duration::from_millis)
             .map_or(self.timeout, |t| t.min(self.timeout));
-        let ws = Workspace::new(&cx.cwd).map_err(|e| {
-            ToolError::new(format!(
-                "the workspace {} is not usable: {e}",
-                cx.cwd.display()
-            ))
-        })?;
+        let ws = Workspace::of(&cx)?;
         check_paths(command, &ws)?;
         run(command, ws.root(), limit, &cx).await
     }
@@ -110,14 +105,7 @@ async fn run(command: &str, cwd: &Path, limit: Duration, cx: &ToolCx) -> Result<
         .spawn()
         .map_err(|e| ToolError::new(format!("cannot start sh: {e}")))?;
     let guard = GroupGuard::new(child.id());
-    let stdout = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(read_capped(s, OUTPUT_CAP)));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|s| tokio::spawn(read_capped(s, OUTPUT_CAP)));
+    let output = Output::read(&mut child, OUTPUT_CAP);
     let status = tokio::select! {
         status = child.wait() => status.map_err(|e| ToolError::new(format!("waiting for sh: {e}"))),
         _ = cx.cancel.cancelled() => Err(ToolError::new("interrupted: the command was cancelled and its process group killed")),
@@ -128,8 +116,8 @@ async fn run(command: &str, cwd: &Path, limit: Duration, cx: &ToolCx) -> Result<
     // Kill the group now (also background leftovers), so the pipes close and the reads end.
     guard.kill();
     let status = status?;
-    let stdout = collect(stdout).await;
-    let stderr = collect(stderr).await;
+    let (stdout, stderr) = output.collect().await;
+    let (stdout, stderr) = (stdout.text_with_note(), stderr.text_with_note());
     let code = status.code();
     if status.success() {
         Ok(json!({ "stdout": stdout, "stderr": stderr, "exit_code": 0 }))
@@ -141,13 +129,6 @@ async fn run(command: &str, cwd: &Path, limit: Duration, cx: &ToolCx) -> Result<
         Err(ToolError::new(format!(
             "{code}\nstdout:\n{stdout}\nstderr:\n{stderr}"
         )))
-    }
-}
-
-async fn collect(task: Option<tokio::task::JoinHandle<Captured>>) -> String {
-    match task {
-        Some(t) => t.await.unwrap_or_default().text_with_note(),
-        None => String::new(),
     }
 }
 

@@ -10,15 +10,6 @@ use crate::tool::{Tool, ToolCx, ToolError};
 /// Largest file `read_file` returns whole; longer files are cut with a note.
 const READ_CAP: usize = 256 * 1024;
 
-fn workspace(cx: &ToolCx) -> Result<Workspace, ToolError> {
-    Workspace::new(&cx.cwd).map_err(|e| {
-        ToolError::new(format!(
-            "the workspace {} is not usable: {e}",
-            cx.cwd.display()
-        ))
-    })
-}
-
 fn io_error(what: &str, path: &str, e: std::io::Error) -> ToolError {
     ToolError::new(format!("cannot {what} `{path}`: {e}"))
 }
@@ -44,7 +35,7 @@ impl Tool for ReadFile {
     }
     async fn execute(&self, input: Value, cx: ToolCx) -> Result<Value, ToolError> {
         let path = str_arg(&input, "path")?;
-        let file = workspace(&cx)?.resolve(path)?;
+        let file = Workspace::of(&cx)?.resolve(path)?;
         let bytes = tokio::fs::read(&file)
             .await
             .map_err(|e| io_error("read", path, e))?;
@@ -82,7 +73,7 @@ impl Tool for WriteFile {
     async fn execute(&self, input: Value, cx: ToolCx) -> Result<Value, ToolError> {
         let path = str_arg(&input, "path")?;
         let content = str_arg(&input, "content")?;
-        let file = workspace(&cx)?.resolve(path)?;
+        let file = Workspace::of(&cx)?.resolve(path)?;
         if let Some(parent) = file.parent() {
             tokio::fs::create_dir_all(parent)
                 .await
@@ -119,7 +110,7 @@ impl Tool for ListDir {
     }
     async fn execute(&self, input: Value, cx: ToolCx) -> Result<Value, ToolError> {
         let path = input.get("path").and_then(Value::as_str).unwrap_or(".");
-        let dir = workspace(&cx)?.resolve(path)?;
+        let dir = Workspace::of(&cx)?.resolve(path)?;
         let mut entries = tokio::fs::read_dir(&dir)
             .await
             .map_err(|e| io_error("list", path, e))?;

@@ -27,7 +27,10 @@ pub fn builtin_tools() -> Vec<Arc<dyn Tool>> {
 }
 
 /// A string argument of a tool input, or a clear error naming it.
-fn str_arg<'a>(input: &'a serde_json::Value, key: &str) -> Result<&'a str, crate::ToolError> {
+pub(crate) fn str_arg<'a>(
+    input: &'a serde_json::Value,
+    key: &str,
+) -> Result<&'a str, crate::ToolError> {
     input
         .get(key)
         .and_then(serde_json::Value::as_str)

@@ -24,6 +24,16 @@ impl Workspace {
         })
     }
 
+    /// The workspace of a tool call (`cx.cwd`), or a clear error when it cannot be used.
+    pub fn of(cx: &crate::tool::ToolCx) -> Result<Self, ToolError> {
+        Self::new(&cx.cwd).map_err(|e| {
+            ToolError::new(format!(
+                "the workspace {} is not usable: {e}",
+                cx.cwd.display()
+            ))
+        })
+    }
+
     /// The canonical root.
     pub fn root(&self) -> &Path {
         &self.root
