@@ -51,6 +51,20 @@ impl Observer for Tape {
     }
 }
 
+/// Builds the agent, runs one `go` turn in session `id` over `ws`, closes the session and shuts
+/// the agent down (observers have seen every event when this returns).
+async fn one_turn(builder: AgentBuilder, ws: &std::path::Path, id: &str) -> TurnResult {
+    let agent = builder.build().await.unwrap();
+    let session = agent
+        .open_session(SessionOptions::new(ws).id(id))
+        .await
+        .unwrap();
+    let result = session.run_turn("go").await.unwrap();
+    session.close().await.unwrap();
+    agent.shutdown(Duration::from_secs(5)).await;
+    result
+}
+
 fn workspace() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("main.py"), "print(6 * 7)\n").expect("write");
@@ -246,22 +260,18 @@ impl Hook for StopGate {
 async fn run_with_stop_gate(blocks: u32) -> (TurnResult, Vec<bool>) {
     let ws = workspace();
     let active = Arc::new(Mutex::new(Vec::new()));
-    let agent = Agent::builder()
-        .provider(ScriptedProvider::new().turn(ScriptTurn::text("first")))
-        .hook(StopGate {
-            blocks,
-            calls: Arc::default(),
-            active: active.clone(),
-        })
-        .build()
-        .await
-        .unwrap();
-    let session = agent
-        .open_session(SessionOptions::new(ws.path()))
-        .await
-        .unwrap();
-    let result = session.run_turn("go").await.unwrap();
-    session.close().await.unwrap();
+    let result = one_turn(
+        Agent::builder()
+            .provider(ScriptedProvider::new().turn(ScriptTurn::text("first")))
+            .hook(StopGate {
+                blocks,
+                calls: Arc::default(),
+                active: active.clone(),
+            }),
+        ws.path(),
+        "s",
+    )
+    .await;
     let seen = active.lock().clone();
     (result, seen)
 }
@@ -320,25 +330,20 @@ async fn run_compaction(block: bool) -> (TurnResult, Vec<Arc<Envelope>>) {
         .turn(ScriptTurn::text("Again.").call("read_file", json!({ "path": "main.py" })))
         .turn(ScriptTurn::text("Done."));
     let tape = Tape::default();
-    let agent = Agent::builder()
-        .provider(provider)
-        .observer(tape.clone())
-        .hook(CompactGate(block))
-        .limits(Limits {
-            token_limit: 200,
-            keep_recent: 2,
-            ..Limits::default()
-        })
-        .build()
-        .await
-        .unwrap();
-    let session = agent
-        .open_session(SessionOptions::new(ws.path()).id("c"))
-        .await
-        .unwrap();
-    let result = session.run_turn("go").await.unwrap();
-    session.close().await.unwrap();
-    agent.shutdown(Duration::from_secs(5)).await;
+    let result = one_turn(
+        Agent::builder()
+            .provider(provider)
+            .observer(tape.clone())
+            .hook(CompactGate(block))
+            .limits(Limits {
+                token_limit: 200,
+                keep_recent: 2,
+                ..Limits::default()
+            }),
+        ws.path(),
+        "c",
+    )
+    .await;
     (result, tape.all())
 }
 
@@ -397,22 +402,15 @@ async fn a_task_call_runs_a_subagent_as_a_child_session() {
         )
         .agent_turn("explorer", ScriptTurn::text("found main.py"));
     let tape = Tape::default();
-    let agent = Agent::builder()
-        .provider(provider)
-        .observer(tape.clone())
-        .build()
-        .await
-        .unwrap();
-    let session = agent
-        .open_session(SessionOptions::new(ws.path()).id("p"))
-        .await
-        .unwrap();
-    let result = session.run_turn("go").await.unwrap();
+    let result = one_turn(
+        Agent::builder().provider(provider).observer(tape.clone()),
+        ws.path(),
+        "p",
+    )
+    .await;
     assert_eq!(result.reason, TerminalReason::Completed);
     assert_eq!(result.calls[0].tool_name, "task");
     assert_eq!(result.calls[0].content, "found main.py");
-    session.close().await.unwrap();
-    agent.shutdown(Duration::from_secs(5)).await;
 
     let all = tape.all();
     let parent: Vec<EventKind> = tape.kinds("p");
@@ -531,21 +529,16 @@ async fn cancel_during_a_long_bash_interrupts_and_kills_the_process_group() {
 async fn a_provider_error_ends_the_turn_with_stop_failure() {
     let ws = workspace();
     let tape = Tape::default();
-    let agent = Agent::builder()
-        .provider(ScriptedProvider::new().turn(ScriptTurn::error("rate_limit", "slow down")))
-        .observer(tape.clone())
-        .build()
-        .await
-        .unwrap();
-    let session = agent
-        .open_session(SessionOptions::new(ws.path()).id("e"))
-        .await
-        .unwrap();
-    let result = session.run_turn("go").await.unwrap();
+    let result = one_turn(
+        Agent::builder()
+            .provider(ScriptedProvider::new().turn(ScriptTurn::error("rate_limit", "slow down")))
+            .observer(tape.clone()),
+        ws.path(),
+        "e",
+    )
+    .await;
     assert_eq!(result.reason, TerminalReason::Error);
     assert!(result.detail.unwrap().contains("slow down"));
-    session.close().await.unwrap();
-    agent.shutdown(Duration::from_secs(5)).await;
     let kinds = tape.kinds("e");
     assert_eq!(
         kinds,
@@ -570,21 +563,15 @@ async fn max_steps_ends_the_turn() {
     for _ in 0..10 {
         provider = provider.turn(ScriptTurn::text("more").call("list_dir", json!({})));
     }
-    let agent = Agent::builder()
-        .provider(provider)
-        .max_steps(3)
-        .build()
-        .await
-        .unwrap();
-    let session = agent
-        .open_session(SessionOptions::new(ws.path()))
-        .await
-        .unwrap();
-    let result = session.run_turn("go").await.unwrap();
+    let result = one_turn(
+        Agent::builder().provider(provider).max_steps(3),
+        ws.path(),
+        "s",
+    )
+    .await;
     assert_eq!(result.reason, TerminalReason::MaxSteps);
     assert_eq!(result.metrics.steps, 3);
     assert_eq!(result.metrics.executed, 3);
-    session.close().await.unwrap();
 }
 
 /// A PostToolUse hook that adds context, and a provider that records what it was sent.
@@ -626,23 +613,19 @@ impl Provider for Recording {
 async fn hook_contexts_and_warnings_reach_the_next_model_call_as_system_reminders() {
     let ws = workspace();
     let requests = Arc::new(Mutex::new(Vec::new()));
-    let agent = Agent::builder()
-        .provider(Recording {
-            inner: ScriptedProvider::new()
-                .turn(ScriptTurn::text("r").call("read_file", json!({ "path": "main.py" })))
-                .turn(ScriptTurn::text("done")),
-            requests: requests.clone(),
-        })
-        .hook(AddContext)
-        .build()
-        .await
-        .unwrap();
-    let session = agent
-        .open_session(SessionOptions::new(ws.path()))
-        .await
-        .unwrap();
-    session.run_turn("go").await.unwrap();
-    session.close().await.unwrap();
+    one_turn(
+        Agent::builder()
+            .provider(Recording {
+                inner: ScriptedProvider::new()
+                    .turn(ScriptTurn::text("r").call("read_file", json!({ "path": "main.py" })))
+                    .turn(ScriptTurn::text("done")),
+                requests: requests.clone(),
+            })
+            .hook(AddContext),
+        ws.path(),
+        "s",
+    )
+    .await;
     let requests = requests.lock().clone();
     assert_eq!(requests.len(), 2);
     assert!(!requests[0]
@@ -709,24 +692,19 @@ async fn a_blocked_prompt_never_reaches_the_model() {
 #[tokio::test]
 async fn an_unknown_tool_is_an_error_result_not_a_failed_turn() {
     let ws = workspace();
-    let agent = Agent::builder()
-        .provider(
+    let result = one_turn(
+        Agent::builder().provider(
             ScriptedProvider::new()
                 .turn(ScriptTurn::text("x").call("teleport", json!({})))
                 .turn(ScriptTurn::text("ok")),
-        )
-        .build()
-        .await
-        .unwrap();
-    let session = agent
-        .open_session(SessionOptions::new(ws.path()))
-        .await
-        .unwrap();
-    let result = session.run_turn("go").await.unwrap();
+        ),
+        ws.path(),
+        "s",
+    )
+    .await;
     assert_eq!(result.reason, TerminalReason::Completed);
     assert_eq!(result.calls[0].status, CallStatus::UnknownTool);
     assert!(result.calls[0].is_error);
-    session.close().await.unwrap();
 }
 
 #[tokio::test]
@@ -886,27 +864,23 @@ async fn cancel_reaches_hooks_in_flight_and_refuses_the_rest_of_the_turn() {
 async fn the_same_context_from_several_calls_reaches_the_model_once() {
     let ws = workspace();
     let requests = Arc::new(Mutex::new(Vec::new()));
-    let agent = Agent::builder()
-        .provider(Recording {
-            inner: ScriptedProvider::new()
-                .turn(
-                    ScriptTurn::text("r")
-                        .call("read_file", json!({ "path": "main.py" }))
-                        .call("list_dir", json!({})),
-                )
-                .turn(ScriptTurn::text("done")),
-            requests: requests.clone(),
-        })
-        .hook(AddContext)
-        .build()
-        .await
-        .unwrap();
-    let session = agent
-        .open_session(SessionOptions::new(ws.path()))
-        .await
-        .unwrap();
-    session.run_turn("go").await.unwrap();
-    session.close().await.unwrap();
+    one_turn(
+        Agent::builder()
+            .provider(Recording {
+                inner: ScriptedProvider::new()
+                    .turn(
+                        ScriptTurn::text("r")
+                            .call("read_file", json!({ "path": "main.py" }))
+                            .call("list_dir", json!({})),
+                    )
+                    .turn(ScriptTurn::text("done")),
+                requests: requests.clone(),
+            })
+            .hook(AddContext),
+        ws.path(),
+        "s",
+    )
+    .await;
     let requests = requests.lock().clone();
     let reminder = &requests[1].last().unwrap().content;
     assert_eq!(

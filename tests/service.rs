@@ -120,6 +120,12 @@ impl Service {
         })
     }
 
+    /// Answers a pending approval through `POST /approvals/{id}`.
+    async fn answer(&self, approval: &Value, body: Value) -> (u16, Value) {
+        self.post(&format!("/approvals/{}", approval["id"]), body)
+            .await
+    }
+
     async fn wait_for_approval(&self) -> Value {
         for _ in 0..400 {
             let (_, v) = self.get("/approvals").await;
@@ -160,12 +166,7 @@ async fn a_turn_with_an_approval_and_a_cancelled_turn_over_http() {
     let turn = svc.turn(&id, "go");
     let approval = svc.wait_for_approval().await;
     assert_eq!(approval["tool_name"], "bash");
-    let (status, v) = svc
-        .post(
-            &format!("/approvals/{}", approval["id"]),
-            json!({ "decision": "allow" }),
-        )
-        .await;
+    let (status, v) = svc.answer(&approval, json!({ "decision": "allow" })).await;
     assert_eq!(status, 200, "{v}");
     let result = turn.await.unwrap();
     assert_eq!(result["reason"], "completed");
@@ -177,11 +178,7 @@ async fn a_turn_with_an_approval_and_a_cancelled_turn_over_http() {
     // Turn 2 runs a long command (allowed always for the session this time) and is cancelled.
     let turn = svc.turn(&id, "wait");
     let approval = svc.wait_for_approval().await;
-    svc.post(
-        &format!("/approvals/{}", approval["id"]),
-        json!({ "decision": "allow" }),
-    )
-    .await;
+    svc.answer(&approval, json!({ "decision": "allow" })).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (status, _) = svc.post(&format!("/sessions/{id}/cancel"), json!({})).await;
     assert_eq!(status, 202);
@@ -290,18 +287,13 @@ async fn bad_requests_get_4xx_with_the_error_and_change_nothing() {
         .await;
     let turn = svc.turn(&id, "go");
     let approval = svc.wait_for_approval().await;
-    let (status, body) = svc
-        .post(
-            &format!("/approvals/{}", approval["id"]),
-            json!({ "decision": "maybe" }),
-        )
-        .await;
+    let (status, body) = svc.answer(&approval, json!({ "decision": "maybe" })).await;
     assert_eq!(status, 422, "{body}");
     let (_, still) = svc.get("/approvals").await;
     assert_eq!(still["approvals"].as_array().unwrap().len(), 1);
     let (status, _) = svc
-        .post(
-            &format!("/approvals/{}", approval["id"]),
+        .answer(
+            &approval,
             json!({ "decision": "deny", "reason": "not now" }),
         )
         .await;
@@ -497,11 +489,7 @@ async fn the_dashboard_shows_the_session_events_and_a_pending_approval_in_chromi
     assert!(dom.contains("echo from-the-page"), "{dom}");
     assert!(dom.contains(">Allow<") && dom.contains(">Deny<"), "{dom}");
     // Answered elsewhere, the approval leaves the page and the turn's events arrive.
-    svc.post(
-        &format!("/approvals/{}", approval["id"]),
-        json!({ "decision": "allow" }),
-    )
-    .await;
+    svc.answer(&approval, json!({ "decision": "allow" })).await;
     let result = turn.await.unwrap();
     assert_eq!(result["reason"], "completed");
     let dom = browser
