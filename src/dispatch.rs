@@ -43,15 +43,6 @@ struct Run {
     elapsed: Duration,
 }
 
-impl Drop for Dispatcher {
-    /// A session killed without `SessionEnd` (shutdown deadline) still ends its event streams.
-    fn drop(&mut self) {
-        if let Some(log) = self.shared.log.get() {
-            log.close();
-        }
-    }
-}
-
 /// Dispatches one session's events. Not `Clone`: one task drives it.
 pub(crate) struct Dispatcher {
     pub shared: Arc<SessionShared>,
@@ -67,6 +58,15 @@ pub(crate) struct Dispatcher {
     hook_token: Option<(u64, Arc<CancellationToken>)>,
     /// Set when `hook_token` fired.
     hook_token_spent: AtomicBool,
+}
+
+impl Drop for Dispatcher {
+    /// A session killed without `SessionEnd` (shutdown deadline) still ends its event streams.
+    fn drop(&mut self) {
+        if let Some(log) = self.shared.log.get() {
+            log.close();
+        }
+    }
 }
 
 impl Dispatcher {
