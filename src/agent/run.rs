@@ -224,7 +224,6 @@ impl SessionLoop {
             return Ok(End::new(TerminalReason::Blocked, stop.value));
         }
         let limits = self.agent.limits.clone();
-        let mut stop_blocks = 0;
         loop {
             if t.cancel.is_cancelled() {
                 return self.interrupted().await;
@@ -286,7 +285,7 @@ impl SessionLoop {
                 }
                 let stop = self
                     .dispatch(Event::Stop(Stop {
-                        stop_hook_active: stop_blocks > 0,
+                        stop_hook_active: t.metrics.stop_continuations > 0,
                         last_assistant_message: Some(response.text),
                     }))
                     .await?;
@@ -295,8 +294,7 @@ impl SessionLoop {
                     return Ok(End::new(TerminalReason::Blocked, s.value));
                 }
                 if stop.is_blocked() {
-                    if stop_blocks < limits.stop_continuations {
-                        stop_blocks += 1;
+                    if t.metrics.stop_continuations < limits.stop_continuations {
                         t.metrics.stop_continuations += 1;
                         self.push(t, Message::user(stop.reason_text()));
                         continue;
