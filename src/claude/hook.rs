@@ -13,7 +13,7 @@ use super::settings::{ClaudeSettings, CompatOptions, Handler};
 use crate::action::Reply;
 use crate::bus::Bus;
 use crate::error::{Error, HookError};
-use crate::filter::{NamePattern, ToolFilter};
+use crate::filter::ToolFilter;
 use crate::hook::{Hook, HookCx, HookOptions};
 
 /// The metadata key under which a [`ClaudeHook`] reports its run ([`HandlerRun`]).
@@ -132,15 +132,14 @@ impl Hook for ClaudeHook {
         let mut options = HookOptions::new()
             .events([h.event])
             .timeout(h.timeout + Duration::from_secs(2));
+        // One group: let the dispatcher skip non-matching events without a message. Several
+        // groups (a de-duplicated handler): every event comes in and `applies` decides.
         if let [only] = h.occurrences.as_slice() {
-            // One group: let the dispatcher skip non-matching events without a message.
             if h.event.is_tool_event() {
                 options = options.filter(ToolFilter::pattern(only.pattern.clone()));
             } else {
                 options = options.matcher(only.pattern.clone());
             }
-        } else {
-            options = options.matcher(NamePattern::Any);
         }
         if let Some(after) = &self.after {
             options = options.after(after.clone());
