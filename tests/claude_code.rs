@@ -401,7 +401,9 @@ async fn exit_codes() {
             { "matcher": "C", "hooks": [cmd("python3 /definitely/missing.py")] },
             { "matcher": "D", "hooks": [cmd("/missing-binary")] },
             { "matcher": "E", "hooks": [{ "type": "command", "command": "/missing-binary", "args": [] }] },
-            { "matcher": "F", "hooks": [{ "type": "command", "command": format!("sh {}", fixture("exit1.sh")), "onFailure": "block" }] }
+            { "matcher": "F", "hooks": [{ "type": "command", "command": format!("sh {}", fixture("exit1.sh")), "onFailure": "block" }] },
+            { "matcher": "G", "hooks": [cmd("echo '{\"hookSpecificOutput\":{\"hookEventName\":\"Stop\"}}'; echo 'bad schema, still blocks' >&2; exit 2")] },
+            { "matcher": "H", "hooks": [cmd("echo '{\"hookSpecificOutput\":{\"hookEventName\":\"Stop\"}}'; exit 1")] }
         ] } }),
     )]);
     let r = rig(&s).await;
@@ -434,6 +436,15 @@ async fn exit_codes() {
     let f = r.pre("F", json!({})).await;
     assert_eq!(f.decision, Decision::Block, "onFailure: block");
     assert_eq!(runs(&f)[0].report.outcome, HandlerOutcome::NonBlockingError);
+    // Exit 2 with JSON that fails the schema still blocks, stderr as the reason.
+    let g = r.pre("G", json!({})).await;
+    assert_eq!(g.decision, Decision::Block);
+    assert_eq!(g.reason_text(), "bad schema, still blocks");
+    assert_eq!(runs(&g)[0].report.outcome, HandlerOutcome::BlockingError);
+    // Another code with JSON that fails the schema: a non-blocking error, nothing applies.
+    let h = r.pre("H", json!({})).await;
+    assert_eq!(h.decision, Decision::Continue);
+    assert_eq!(runs(&h)[0].report.outcome, HandlerOutcome::NonBlockingError);
     r.done().await;
 }
 
@@ -724,4 +735,55 @@ async fn an_unreachable_http_handler_is_a_non_blocking_error() {
     assert_eq!(o.decision, Decision::Continue);
     assert_eq!(runs(&o)[0].report.outcome, HandlerOutcome::NonBlockingError);
     r.done().await;
+}
+
+// ---- CC-7: the Stop continuation cap and the SessionEnd budget ----
+
+#[tokio::test]
+async fn a_stop_hook_that_always_exits_2_is_cut_at_the_continuation_cap() {
+    let ws = tempfile::tempdir().unwrap();
+    let s = settings(&[("s.json", one("Stop", None, vec![cmd(&fixture("exit2.sh"))]))]);
+    let agent = Agent::builder()
+        .provider(ScriptedProvider::new().turn(ScriptTurn::text("done?")))
+        .claude_settings(&s)
+        .build()
+        .await
+        .unwrap();
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
+    let result = session.run_turn("go").await.unwrap();
+    assert_eq!(result.reason, TerminalReason::Completed);
+    assert_eq!(result.metrics.stop_continuations, 8);
+    // The hook's stderr became the model's next instruction each time.
+    let continued = result
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User && m.content == "blocked by exit2.sh")
+        .count();
+    assert_eq!(continued, 8);
+    session.close().await.unwrap();
+    agent.shutdown(Duration::from_secs(5)).await;
+}
+
+#[test]
+fn session_end_handlers_share_a_budget() {
+    let handler =
+        |t: f64| json!({ "type": "command", "command": format!("sleep {t}"), "timeout": t });
+    let s = settings(&[(
+        "s.json",
+        one("SessionEnd", None, vec![handler(120.0), handler(5.0)]),
+    )]);
+    let timeouts: Vec<Duration> = s.handlers.iter().map(|h| h.timeout).collect();
+    assert_eq!(
+        timeouts,
+        [Duration::from_secs(60), Duration::from_secs(5)],
+        "raised to the largest, at most 60 s"
+    );
+    let s = settings(&[("s.json", one("SessionEnd", None, vec![handler(0.5)]))]);
+    assert_eq!(s.handlers[0].timeout, Duration::from_millis(500));
+    // Other events keep their own timeouts.
+    let s = settings(&[("s.json", one("Stop", None, vec![handler(120.0)]))]);
+    assert_eq!(s.handlers[0].timeout, Duration::from_secs(120));
 }
