@@ -104,10 +104,12 @@ mod process;
 mod provider;
 mod registry;
 pub mod rule;
+pub mod sandbox;
 mod scratchpad;
 mod scripted;
 pub mod service;
 mod session;
+mod shell;
 mod tool;
 pub mod tools;
 

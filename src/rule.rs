@@ -18,6 +18,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::shell::{CommandPattern, Script};
 
 /// A parsed permission rule.
 #[derive(Clone)]
@@ -30,10 +31,8 @@ pub struct Rule {
 /// A rule's argument pattern, compiled once at parse time.
 #[derive(Clone)]
 struct Pattern {
-    /// `git push` for `git push *` and for the legacy `git push:*`.
-    bare_prefix: Option<String>,
-    /// `*` matches anything.
-    command: Regex,
+    /// The pattern as a command pattern (`*` matches anything).
+    command: CommandPattern,
     /// `*` stops at `/`, `**` crosses it; relative patterns are matched against the path relative
     /// to the working directory.
     path: Regex,
@@ -42,28 +41,13 @@ struct Pattern {
 
 impl Pattern {
     fn compile(raw: &str) -> Pattern {
-        let (bare_prefix, command) = match raw.strip_suffix(":*") {
-            Some(prefix) => (
-                Some(prefix.to_owned()),
-                wildcard_regex(&format!("{prefix} *"), false),
-            ),
-            None => (
-                raw.strip_suffix(" *").map(str::to_owned),
-                wildcard_regex(raw, false),
-            ),
-        };
         let absolute = raw.starts_with('/');
         let rel = raw.strip_prefix("./").unwrap_or(raw);
         Pattern {
-            bare_prefix,
-            command,
+            command: CommandPattern::new(raw),
             path: wildcard_regex(rel, true),
             absolute,
         }
-    }
-
-    fn matches_command(&self, cmd: &str) -> bool {
-        self.bare_prefix.as_deref() == Some(cmd) || self.command.is_match(cmd)
     }
 
     fn matches_path(&self, path: &str, cwd: Option<&Path>) -> bool {
@@ -90,6 +74,7 @@ enum ToolPart {
 enum Primary<'a> {
     Command(&'a str),
     Path(&'a str),
+    Text(&'a str),
 }
 
 fn invalid(rule: &str, column: usize, message: &str) -> Error {
@@ -195,16 +180,14 @@ impl Rule {
         match primary_argument(input) {
             None => false,
             Some(Primary::Command(cmd)) => {
-                let parts = split_compound(cmd);
-                if parts.is_empty() {
-                    return pattern.matches_command("");
-                }
+                let script = Script::parse(cmd);
                 if all {
-                    parts.iter().all(|p| pattern.matches_command(p))
+                    script.covered_by(&[&pattern.command]).is_some()
                 } else {
-                    parts.iter().any(|p| pattern.matches_command(p))
+                    script.matches_any(&pattern.command)
                 }
             }
+            Some(Primary::Text(text)) => pattern.command.matches_text(text),
             Some(Primary::Path(path)) => pattern.matches_path(path, cwd),
         }
     }
@@ -242,7 +225,7 @@ fn primary_argument(input: &Value) -> Option<Primary<'_>> {
     ["url", "pattern", "query"]
         .into_iter()
         .find_map(get)
-        .map(Primary::Command)
+        .map(Primary::Text)
 }
 
 /// Splits a shell command on `&&`, `||`, `;` and `|`, dropping leading `VAR=value` words.
