@@ -141,9 +141,26 @@ pub enum PermissionAction {
         /// Why.
         reason: Option<String>,
     },
+    /// Allow in the user's place, running this input instead (Claude Code's PermissionRequest
+    /// `updatedInput`, a full replacement). The pipeline checks the new input against the
+    /// rules again, so it can never smuggle a denied call through.
+    AllowWithInput {
+        /// The input that runs.
+        input: Value,
+        /// Why.
+        reason: Option<String>,
+    },
 }
 
 impl PermissionAction {
+    /// Allow with a rewritten input (see [`PermissionAction::AllowWithInput`]).
+    pub fn allow_with_input(input: Value, reason: impl Into<String>) -> Self {
+        PermissionAction::AllowWithInput {
+            input,
+            reason: Some(reason.into()),
+        }
+    }
+
     /// Override with a decision and a reason.
     pub fn decide(decision: PermissionDecision, reason: impl Into<String>) -> Self {
         PermissionAction::Override {

@@ -98,6 +98,7 @@ mod mailbox;
 mod metrics;
 mod observer;
 mod outcome;
+mod paths;
 mod permission;
 mod pipeline;
 mod process;

@@ -226,6 +226,9 @@ pub(crate) fn reply_decision(kind: EventKind, action: &Action) -> (Decision, Opt
             },
             reason.clone(),
         ),
+        Action::Permission(PermissionAction::AllowWithInput { reason, .. }) => {
+            (Decision::Allow, reason.clone())
+        }
         Action::Gate(GateAction::Block { reason }) => (
             if kind == EventKind::PermissionRequest {
                 Decision::Deny
@@ -366,6 +369,9 @@ pub(crate) fn fold<'a>(
                 if let Some(output) = &p.replace_output {
                     out.updated_output = Some(output.clone());
                 }
+            }
+            Action::Permission(PermissionAction::AllowWithInput { input, .. }) => {
+                out.updated_input = Some(input.clone());
             }
             _ => {}
         }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::action::PermissionDecision;
 use crate::error::Error;
 use crate::event::DenialSource;
-use crate::rule::Rule;
+use crate::rule::{allowed_by, Rule, Subject};
 
 /// How permissive a session is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -242,6 +242,39 @@ pub struct PermissionConfig {
     pub default_mode: PermissionMode,
 }
 
+impl PermissionConfig {
+    /// Every rule of the configuration, with where it stands (`global deny`, `tool bash allow`).
+    fn rules(&self) -> Vec<(String, &Rule)> {
+        fn set<'a>(scope: &str, rules: &'a RuleSet, out: &mut Vec<(String, &'a Rule)>) {
+            for (kind, list) in [("deny", &rules.deny), ("ask", &rules.ask), ("allow", &rules.allow)] {
+                out.extend(list.iter().map(|r| (format!("{scope} {kind}"), r)));
+            }
+        }
+        let mut out = Vec::new();
+        set("global", &self.global, &mut out);
+        for (tool, rules) in &self.tools {
+            set(&format!("tool {tool}"), rules, &mut out);
+        }
+        out
+    }
+
+    /// One warning per rule that names no tool among `tools` (directly or through
+    /// [`TOOL_ALIASES`](crate::rule::TOOL_ALIASES)): such a rule could never match, and a rule
+    /// that silently never matches is a hole in a policy.
+    pub fn unknown_tool_warnings<'t>(
+        &self,
+        tools: impl IntoIterator<Item = &'t str> + Clone,
+    ) -> Vec<String> {
+        self.rules()
+            .into_iter()
+            .filter(|(_, r)| !r.names_any_of(tools.clone()))
+            .map(|(scope, r)| {
+                format!("permission rule `{r}` ({scope}) names no known tool; it can never match")
+            })
+            .collect()
+    }
+}
+
 #[derive(Default)]
 struct SessionState {
     rules: RuleSet,
@@ -251,30 +284,26 @@ struct SessionState {
 /// The evaluation, separate from the actor so it can be tested as a table.
 struct Evaluator {
     config: PermissionConfig,
+    /// Path fields each tool declares beyond the standard ones.
+    path_arguments: HashMap<String, Vec<String>>,
     sessions: HashMap<String, SessionState>,
 }
 
 impl Evaluator {
     fn evaluate(&self, q: &PermissionQuery) -> Verdict {
         use PermissionDecision::*;
-        let cwd = q.cwd.as_deref();
         let session = self.sessions.get(&q.session_id);
         let mode = session
             .and_then(|s| s.mode)
             .unwrap_or(self.config.default_mode);
         let tool_rules = self.config.tools.get(&q.tool_name);
-        let any = |rules: &[Rule]| {
-            rules
-                .iter()
-                .find(|r| r.matches(&q.tool_name, &q.input, cwd))
-                .cloned()
-        };
-        let all = |rules: &[Rule]| {
-            rules
-                .iter()
-                .find(|r| r.matches_all(&q.tool_name, &q.input, cwd))
-                .cloned()
-        };
+        let extra_paths = self
+            .path_arguments
+            .get(&q.tool_name)
+            .map_or(&[][..], Vec::as_slice);
+        // The command is parsed and the paths resolved once for every rule below.
+        let subject = Subject::new(&q.tool_name, &q.input, q.cwd.as_deref(), extra_paths);
+        let any = |rules: &[Rule]| rules.iter().find(|r| r.matches_subject(&subject)).cloned();
 
         if let Some(r) = any(&self.config.global.deny) {
             return Verdict::new(
@@ -350,17 +379,23 @@ impl Evaluator {
         {
             return ask(Level::P6ToolAsk, Some(&r), format!("P6 ask rule `{r}`"));
         }
-        let allow_rule = session
-            .and_then(|s| all(&s.rules.allow))
-            .or_else(|| tool_rules.and_then(|t| all(&t.allow)))
-            .or_else(|| all(&self.config.global.allow));
-        if let Some(r) = allow_rule {
-            return Verdict::new(
+        // Allow rules of every scope together: each simple command (each path) must be covered
+        // by one of them (SEC-5).
+        let allow_rules = session
+            .map_or(&[][..], |s| s.rules.allow.as_slice())
+            .iter()
+            .chain(tool_rules.map_or(&[][..], |t| t.allow.as_slice()))
+            .chain(&self.config.global.allow);
+        if let Some(used) = allowed_by(allow_rules, &subject) {
+            let names: Vec<&str> = used.iter().map(|r| r.as_str()).collect();
+            let mut v = Verdict::new(
                 Allow,
                 Level::P7Allow,
-                Some(&r),
-                format!("P7 allow rule `{r}`"),
+                used.first().copied(),
+                format!("P7 allow rule `{}`", names.join("` + `")),
             );
+            v.rule = Some(names.join(" + "));
+            return v;
         }
         if let HookOpinion::Allow(reason) = &q.hook {
             return Verdict::new(
@@ -392,6 +427,24 @@ impl Evaluator {
             v
         }
     }
+
+    /// Absolute globs of the paths `Read` deny rules (global, `read_file`'s and the session's)
+    /// keep from being read, for the `bash` sandbox.
+    fn read_denies(&self, session_id: &str, cwd: &Path) -> Vec<String> {
+        let session = self.sessions.get(session_id).map(|s| &s.rules.deny);
+        let mut globs: Vec<String> = self
+            .config
+            .global
+            .deny
+            .iter()
+            .chain(self.config.tools.values().flat_map(|t| &t.deny))
+            .chain(session.into_iter().flatten())
+            .flat_map(|r| r.read_deny_globs(cwd))
+            .collect();
+        globs.sort();
+        globs.dedup();
+        globs
+    }
 }
 
 /// `dontAsk` turns an Ask into a Deny; `bypassPermissions` into an Allow.
@@ -416,6 +469,8 @@ enum Msg {
     AddSessionRules(String, RuleSet, oneshot::Sender<()>),
     SetMode(String, PermissionMode, oneshot::Sender<()>),
     ForgetSession(String),
+    ReadDenies(String, PathBuf, oneshot::Sender<Vec<String>>),
+    PathArguments(String, Vec<String>, oneshot::Sender<()>),
 }
 
 /// The permission service actor.
@@ -445,6 +500,7 @@ impl PermissionService {
         let fut = async move {
             let mut eval = Evaluator {
                 config,
+                path_arguments: HashMap::new(),
                 sessions: HashMap::new(),
             };
             loop {
@@ -474,6 +530,13 @@ impl PermissionService {
                     }
                     Msg::ForgetSession(id) => {
                         eval.sessions.remove(&id);
+                    }
+                    Msg::PathArguments(tool, fields, reply) => {
+                        eval.path_arguments.insert(tool, fields);
+                        let _ = reply.send(());
+                    }
+                    Msg::ReadDenies(id, cwd, reply) => {
+                        let _ = reply.send(eval.read_denies(&id, &cwd));
                     }
                 }
             }
@@ -532,6 +595,35 @@ impl PermissionHandle {
             .tx
             .send(Msg::ForgetSession(session_id.to_owned()))
             .await;
+    }
+
+    /// Declares the path fields of `tool` beyond the standard ones (see
+    /// [`Tool::path_arguments`](crate::Tool::path_arguments)), so that path rules check them
+    /// too; an [`Agent`](crate::Agent) declares its tools' at build time.
+    pub async fn declare_path_arguments(
+        &self,
+        tool: &str,
+        fields: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<(), Error> {
+        let (reply, rx) = oneshot::channel();
+        let fields = fields.into_iter().map(Into::into).collect();
+        self.tx
+            .send(Msg::PathArguments(tool.to_owned(), fields, reply))
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await.map_err(|_| Error::ShuttingDown)
+    }
+
+    /// Absolute globs of the paths that `Read` deny rules (global, tool and the session's) keep
+    /// from being read, for the `bash` sandbox. Fails closed: an error when the service does not
+    /// answer.
+    pub async fn read_denies(&self, session_id: &str, cwd: &Path) -> Result<Vec<String>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::ReadDenies(session_id.to_owned(), cwd.to_owned(), reply))
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await.map_err(|_| Error::ShuttingDown)
     }
 
     /// Stops the service (its control path, served before queued checks). Later checks deny

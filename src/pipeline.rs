@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,7 +36,8 @@ use crate::outcome::{Decision, Outcome};
 use crate::permission::{
     HookOpinion, PermissionHandle, PermissionQuery, RuleSet, ToolKind, Verdict,
 };
-use crate::rule::Rule;
+use crate::rule::{Rule, Subject};
+use crate::sandbox::{with_call_env, CallEnv, SandboxPolicy};
 use crate::session::Session;
 use crate::tool::{Tool, ToolCall, ToolCx};
 
@@ -115,6 +116,7 @@ pub struct Pipeline {
     tools: Arc<HashMap<String, Arc<dyn Tool>>>,
     cwd: PathBuf,
     cancel: CancellationToken,
+    sandbox: Option<SandboxPolicy>,
 }
 
 impl Pipeline {
@@ -138,7 +140,15 @@ impl Pipeline {
             ),
             cwd: PathBuf::from("."),
             cancel: CancellationToken::new(),
+            sandbox: None,
         }
+    }
+
+    /// The session's sandbox policy for tools that confine what they run (the `bash` tool);
+    /// without one, each tool's own policy applies.
+    pub fn sandbox(mut self, policy: SandboxPolicy) -> Self {
+        self.sandbox = Some(policy);
+        self
     }
 
     /// How long the approver may take (default 60 s).
@@ -218,7 +228,7 @@ impl Pipeline {
             }))
             .await?;
         let mut reminders = reminders_of(&pre);
-        let final_input = pre
+        let mut final_input = pre
             .updated_input
             .clone()
             .unwrap_or_else(|| call.input.clone());
@@ -298,10 +308,38 @@ impl Pipeline {
                     explain: format!("PermissionRequest hook denied: {}", req.reason_text()),
                     ..verdict
                 },
-                Decision::Allow => Verdict {
-                    decision: PermissionDecision::Allow,
-                    explain: format!("PermissionRequest hook allowed: {}", req.reason_text()),
-                    ..verdict
+                Decision::Allow => match req.updated_input.clone() {
+                    // A rewritten input is checked against the rules again (SEC-1): the hook's
+                    // allow answers the ask, never a deny rule or the mode.
+                    Some(rewritten) => {
+                        let reason = req.reason_text();
+                        let again = cx
+                            .check(&rewritten, HookOpinion::Allow(reason.clone()), false)
+                            .await;
+                        final_input = rewritten;
+                        if again.decision == PermissionDecision::Deny {
+                            Verdict {
+                                explain: format!(
+                                    "the input a PermissionRequest hook rewrote: {}",
+                                    again.explain
+                                ),
+                                ..again
+                            }
+                        } else {
+                            Verdict {
+                                decision: PermissionDecision::Allow,
+                                explain: format!(
+                                    "PermissionRequest hook allowed a rewritten input: {reason}"
+                                ),
+                                ..verdict
+                            }
+                        }
+                    }
+                    None => Verdict {
+                        decision: PermissionDecision::Allow,
+                        explain: format!("PermissionRequest hook allowed: {}", req.reason_text()),
+                        ..verdict
+                    },
                 },
                 _ => cx.ask_approver(&final_input, verdict).await?,
             };
@@ -449,18 +487,17 @@ impl CallCx<'_> {
                 ..verdict
             },
             Ok(Approval::AllowAlways) => {
-                if let Some(rule) = always_rule(&self.call.name, input) {
-                    let _ = p
-                        .permissions
-                        .add_session_rules(
-                            p.session.id(),
-                            RuleSet {
-                                allow: vec![rule],
-                                ..RuleSet::default()
-                            },
-                        )
-                        .await;
-                }
+                // SEC-7: exactly what was approved, never more.
+                let _ = p
+                    .permissions
+                    .add_session_rules(
+                        p.session.id(),
+                        RuleSet {
+                            allow: vec![Rule::exact(&self.call.name, input)],
+                            ..RuleSet::default()
+                        },
+                    )
+                    .await;
                 Verdict {
                     decision: PermissionDecision::Allow,
                     explain: format!(
@@ -519,8 +556,21 @@ impl CallCx<'_> {
             session_id: p.session.id().to_owned(),
             tool_use_id: self.call.id.clone(),
         };
+        let input = pin_paths(input, tool.path_arguments(), &p.cwd);
+        let env = match p.permissions.read_denies(p.session.id(), &p.cwd).await {
+            Ok(deny_read) => CallEnv {
+                policy: p.sandbox,
+                deny_read,
+            },
+            Err(e) => {
+                return Err((
+                    FailureKind::Error,
+                    format!("the permission service could not list the read denies: {e}"),
+                ))
+            }
+        };
         let limit = tool.timeout();
-        let fut = AssertUnwindSafe(tool.execute(input, cx)).catch_unwind();
+        let fut = AssertUnwindSafe(with_call_env(env, tool.execute(input, cx))).catch_unwind();
         let result = tokio::select! {
             biased;
             _ = p.cancel.cancelled() => Err((FailureKind::Interrupted, "interrupted: the turn was cancelled".to_owned())),
@@ -559,13 +609,13 @@ impl CallCx<'_> {
     }
 }
 
-/// The session rule "allow always" adds: the exact command for command tools, else the tool.
-fn always_rule(tool: &str, input: &Value) -> Option<Rule> {
-    let text = match input.get("command").and_then(Value::as_str) {
-        Some(cmd) if !cmd.contains(['(', ')']) => format!("{tool}({cmd})"),
-        _ => tool.to_owned(),
-    };
-    Rule::parse(&text).ok()
+/// The input with each declared path field replaced by the absolute path the rules checked
+/// (resolved through symlinks), so that the tool opens exactly that path (SEC-6).
+fn pin_paths(mut input: Value, fields: &[&str], cwd: &Path) -> Value {
+    for (field, path) in Subject::resolved_paths(&input, cwd, fields.iter().copied()) {
+        input[field] = Value::String(path.to_string_lossy().into_owned());
+    }
+    input
 }
 
 /// An outcome's contexts and warnings as reminder lines.

@@ -1,24 +1,52 @@
-//! Permission-rule syntax, shared by permission rules and hook tool filters.
+//! Permission-rule syntax, shared by permission rules, hook tool filters and Claude Code `if`
+//! conditions.
 //!
-//! A rule is `Tool` or `Tool(pattern)`. The tool part is an exact name or a prefix glob
-//! (`mcp__github__*`). The pattern is matched against the tool's *primary argument*:
+//! A rule is `Tool` or `Tool(pattern)`. The tool part is an exact name, a prefix glob
+//! (`mcp__github__*`) or `*`; Claude Code's names reach the built-in tools through one alias
+//! table, [`TOOL_ALIASES`] (`Bash` → `bash`, `Read` → `read_file` and `list_dir`, `Write` and
+//! `Edit` → `write_file`). The pattern is matched against the call's input:
 //!
-//! * a `command` (Bash and other shell tools): `*` matches anything; `git push *` also matches
-//!   the bare `git push`; the legacy `npm run:*` is a prefix; a compound command is split on `&&`,
-//!   `||`, `;` and `|`, leading `VAR=value` assignments are skipped, and each part is tested;
-//! * a path (`file_path`, `path` or `notebook_path`): `*` does not cross `/`, `**` does; a
-//!   pattern that does not start with `/` is relative to the working directory, as is a relative
-//!   path in the input; `..` is resolved lexically before matching;
-//! * otherwise `url`, `pattern` or `query`, matched like a command.
+//! * a `command` is shell (SEC-5): it is parsed, and the pattern is tested against each simple
+//!   command after quote removal, with assignments and wrappers looked through (see the `shell`
+//!   module). `*` matches anything; `git push *` also matches the bare `git push`; the legacy
+//!   `npm run:*` is a prefix. A deny or ask rule matches when **any** simple command anywhere
+//!   may match ([`Rule::matches`]); an allow rule only when **every** simple command is covered
+//!   and nothing else can run ([`Rule::matches_all`]);
+//! * otherwise every path-bearing field (`file_path`, `path`, `notebook_path`, and the fields a
+//!   tool declares with [`Tool::path_arguments`](crate::Tool::path_arguments)) is a path (SEC-6):
+//!   each is normalised against the session's cwd and, where it exists, resolved through
+//!   symlinks (and `/proc/self/root`). A deny rule matches when the path as given **or** the
+//!   resolved path of **any** field matches; an allow rule only when both forms of **every**
+//!   field do. In the pattern, `*` does not cross `/` and `**` does; Claude Code's forms mean
+//!   what Claude Code documents: `//abs/path` is absolute, `~/path` is in the home directory,
+//!   `/path` is relative to the settings file the rule came from ([`Rule::parse_in`]; a rule
+//!   built in code has no file, so a deny or ask rule reads `/path` both as absolute and as
+//!   relative to the cwd, and an allow rule only as relative to the cwd), and `path` or
+//!   `./path` is relative to the cwd;
+//! * otherwise `url`, `pattern` or `query`, matched as text.
 
 use std::fmt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use regex::Regex;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::paths::{normalize, resolve};
 use crate::shell::{CommandPattern, Script};
+
+/// Claude Code tool names and the built-in tools they stand for in permission-rule syntax
+/// (rules, tool filters, `if` conditions; never in Claude Code hook `matcher`s, which stay
+/// exact).
+pub const TOOL_ALIASES: &[(&str, &[&str])] = &[
+    ("Bash", &["bash"]),
+    ("Read", &["read_file", "list_dir"]),
+    ("Write", &["write_file"]),
+    ("Edit", &["write_file"]),
+];
+
+/// Input fields that hold a path, for every tool.
+pub const PATH_FIELDS: &[&str] = &["file_path", "path", "notebook_path"];
 
 /// A parsed permission rule.
 #[derive(Clone)]
@@ -28,39 +56,108 @@ pub struct Rule {
     pattern: Option<Pattern>,
 }
 
-/// A rule's argument pattern, compiled once at parse time.
 #[derive(Clone)]
-struct Pattern {
-    /// The pattern as a command pattern (`*` matches anything).
-    command: CommandPattern,
-    /// `*` stops at `/`, `**` crosses it; relative patterns are matched against the path relative
-    /// to the working directory.
-    path: Regex,
-    absolute: bool,
+enum Pattern {
+    /// A pattern as written in a rule.
+    Written {
+        command: CommandPattern,
+        path: PathPattern,
+    },
+    /// "Allow always": exactly this command, or exactly this input.
+    Exact {
+        command: Option<CommandPattern>,
+        input: Value,
+    },
 }
 
-impl Pattern {
-    fn compile(raw: &str) -> Pattern {
-        let absolute = raw.starts_with('/');
-        let rel = raw.strip_prefix("./").unwrap_or(raw);
-        Pattern {
-            command: CommandPattern::new(raw),
-            path: wildcard_regex(rel, true),
-            absolute,
+/// Where a path pattern is anchored (Claude Code's forms).
+#[derive(Clone, Debug)]
+enum Anchor {
+    /// `//abs/path`.
+    Root,
+    /// `~/path`; `None` when there is no home directory (the rule then matches nothing).
+    Home(Option<PathBuf>),
+    /// `/path` in a settings file: relative to the file's directory.
+    Dir(PathBuf),
+    /// `path`, `./path`: relative to the session's cwd.
+    Cwd,
+    /// `/path` of a rule with no settings file: absolute or cwd-relative (see the module docs).
+    RootOrCwd,
+}
+
+/// A compiled path pattern: an anchor and a glob over the path below it.
+#[derive(Clone, Debug)]
+struct PathPattern {
+    anchor: Anchor,
+    /// The glob below the anchor, as written (for the sandbox's deny list).
+    glob: String,
+    regex: Regex,
+}
+
+impl PathPattern {
+    fn compile(raw: &str, base: Option<&Path>) -> PathPattern {
+        let (anchor, glob) = if let Some(abs) = raw.strip_prefix("//") {
+            (Anchor::Root, abs)
+        } else if let Some(home) = raw.strip_prefix("~/") {
+            (
+                Anchor::Home(std::env::var_os("HOME").map(PathBuf::from)),
+                home,
+            )
+        } else if let Some(rel) = raw.strip_prefix('/') {
+            match base {
+                Some(dir) => (Anchor::Dir(dir.to_path_buf()), rel),
+                None => (Anchor::RootOrCwd, rel),
+            }
+        } else {
+            (Anchor::Cwd, raw.strip_prefix("./").unwrap_or(raw))
+        };
+        PathPattern {
+            anchor,
+            glob: glob.to_owned(),
+            regex: path_regex(glob),
         }
     }
 
-    fn matches_path(&self, path: &str, cwd: Option<&Path>) -> bool {
-        let base = cwd.unwrap_or(Path::new(""));
-        let full = normalize(&base.join(path));
-        if self.absolute || cwd.is_none() {
-            return self.path.is_match(&full.to_string_lossy());
-        }
-        match full.strip_prefix(normalize(base)) {
-            Ok(rel) => self.path.is_match(&rel.to_string_lossy()),
-            Err(_) => false,
+    /// Whether the absolute, normalised `path` matches. `any`: the deny reading of an
+    /// ambiguous `/path` (both readings); otherwise only the cwd-relative one.
+    fn matches(&self, path: &Path, cwd: &Cwd, any: bool) -> bool {
+        let below = |root: &Path| {
+            path.strip_prefix(root)
+                .is_ok_and(|rel| self.regex.is_match(&rel.to_string_lossy()))
+        };
+        let below_cwd = || match cwd {
+            Cwd::Known { given, real } => below(given) || below(real),
+            // No cwd: a relative input stays relative and is matched as it is.
+            Cwd::Unknown => path.is_relative() && self.regex.is_match(&path.to_string_lossy()),
+        };
+        match &self.anchor {
+            Anchor::Root => below(Path::new("/")),
+            Anchor::Home(Some(home)) => below(home),
+            Anchor::Home(None) => false,
+            Anchor::Dir(dir) => below(dir),
+            Anchor::Cwd => below_cwd(),
+            Anchor::RootOrCwd => below_cwd() || (any && below(Path::new("/"))),
         }
     }
+
+    /// The pattern as absolute globs (both readings of an ambiguous `/path`).
+    fn absolute_globs(&self, cwd: &Path) -> Vec<String> {
+        let join = |root: &Path| format!("{}/{}", root.display(), self.glob).replace("//", "/");
+        match &self.anchor {
+            Anchor::Root => vec![join(Path::new("/"))],
+            Anchor::Home(Some(home)) => vec![join(home)],
+            Anchor::Home(None) => Vec::new(),
+            Anchor::Dir(dir) => vec![join(dir)],
+            Anchor::Cwd => vec![join(cwd)],
+            Anchor::RootOrCwd => vec![join(Path::new("/")), join(cwd)],
+        }
+    }
+}
+
+/// The session's working directory, as given and resolved.
+enum Cwd {
+    Known { given: PathBuf, real: PathBuf },
+    Unknown,
 }
 
 #[derive(Clone)]
@@ -70,11 +167,141 @@ enum ToolPart {
     Any,
 }
 
-/// Which argument of a tool's input a rule pattern is tested against, and how.
-enum Primary<'a> {
-    Command(&'a str),
-    Path(&'a str),
+impl ToolPart {
+    fn matches(&self, tool_name: &str) -> bool {
+        match self {
+            ToolPart::Any => true,
+            ToolPart::Exact(n) => n == tool_name || aliases(n).contains(&tool_name),
+            ToolPart::Prefix(p) => tool_name.starts_with(p.as_str()),
+        }
+    }
+}
+
+/// The built-in tools a Claude Code name stands for (empty for other names).
+fn aliases(name: &str) -> &'static [&'static str] {
+    TOOL_ALIASES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(&[], |(_, tools)| tools)
+}
+
+/// One path-bearing field of a call: the path as given (normalised against the cwd) and, where
+/// it resolves, the path it leads to.
+struct PathField {
+    given: PathBuf,
+    resolved: Option<PathBuf>,
+}
+
+impl PathField {
+    fn forms(&self) -> impl Iterator<Item = &Path> {
+        std::iter::once(self.given.as_path()).chain(self.resolved.as_deref())
+    }
+}
+
+/// What a rule pattern is tested against.
+enum Arg<'a> {
+    /// The input has nothing a pattern applies to.
+    Nothing,
+    /// A shell command, parsed once.
+    Command(&'a str, Script),
+    /// Path-bearing fields; `malformed` when one is not a string.
+    Paths {
+        fields: Vec<PathField>,
+        malformed: bool,
+    },
+    /// A url, pattern or query.
     Text(&'a str),
+}
+
+/// A tool call prepared once for every rule it is tested against: its command parsed, its
+/// paths normalised and resolved.
+pub(crate) struct Subject<'a> {
+    tool: &'a str,
+    input: &'a Value,
+    arg: Arg<'a>,
+    cwd: Cwd,
+}
+
+impl<'a> Subject<'a> {
+    /// Prepares a call of `tool` with `input`; `extra_paths` are the tool's declared path fields.
+    pub(crate) fn new(
+        tool: &'a str,
+        input: &'a Value,
+        cwd: Option<&Path>,
+        extra_paths: &[String],
+    ) -> Self {
+        let get = |k: &str| input.get(k);
+        let arg = if let Some(cmd) = get("command").and_then(Value::as_str) {
+            Arg::Command(cmd, Script::parse(cmd))
+        } else {
+            let mut fields = Vec::new();
+            let mut malformed = false;
+            let keys = PATH_FIELDS
+                .iter()
+                .copied()
+                .chain(extra_paths.iter().map(String::as_str));
+            for key in keys {
+                match get(key) {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(p)) => fields.push(path_field(p, cwd)),
+                    Some(_) => malformed = true,
+                }
+            }
+            if !fields.is_empty() || malformed {
+                Arg::Paths { fields, malformed }
+            } else if let Some(text) = ["url", "pattern", "query"]
+                .into_iter()
+                .find_map(|k| get(k).and_then(Value::as_str))
+            {
+                Arg::Text(text)
+            } else {
+                Arg::Nothing
+            }
+        };
+        let cwd = match cwd {
+            Some(c) => {
+                let given = normalize(c);
+                let real = resolve(&given).unwrap_or_else(|_| given.clone());
+                Cwd::Known { given, real }
+            }
+            None => Cwd::Unknown,
+        };
+        Subject {
+            tool,
+            input,
+            arg,
+            cwd,
+        }
+    }
+
+    /// The resolved paths of the call's path fields, as `(field, path)`: what a tool must open
+    /// so that it opens what was checked.
+    pub(crate) fn resolved_paths<'k>(
+        input: &Value,
+        cwd: &Path,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> Vec<(&'k str, PathBuf)> {
+        keys.into_iter()
+            .filter_map(|k| {
+                let p = input.get(k)?.as_str()?;
+                let field = path_field(p, Some(cwd));
+                Some((k, field.resolved.unwrap_or(field.given)))
+            })
+            .collect()
+    }
+}
+
+fn path_field(path: &str, cwd: Option<&Path>) -> PathField {
+    let given = match cwd {
+        Some(c) => normalize(&c.join(path)),
+        None => normalize(Path::new(path)),
+    };
+    let resolved = if given.is_absolute() {
+        resolve(&given).ok().filter(|r| *r != given)
+    } else {
+        None
+    };
+    PathField { given, resolved }
 }
 
 fn invalid(rule: &str, column: usize, message: &str) -> Error {
@@ -88,6 +315,16 @@ fn invalid(rule: &str, column: usize, message: &str) -> Error {
 impl Rule {
     /// Parses `Tool` or `Tool(pattern)`. Errors name the rule and the 1-based column.
     pub fn parse(rule: &str) -> Result<Rule, Error> {
+        Self::parse_with(rule, None)
+    }
+
+    /// Parses a rule that comes from the settings file in `dir`: its `/path` patterns are
+    /// relative to that directory (Claude Code's reading).
+    pub fn parse_in(rule: &str, dir: &Path) -> Result<Rule, Error> {
+        Self::parse_with(rule, Some(dir))
+    }
+
+    fn parse_with(rule: &str, base: Option<&Path>) -> Result<Rule, Error> {
         let trimmed = rule.trim();
         if trimmed.is_empty() {
             return Err(invalid(rule, 1, "empty rule"));
@@ -107,7 +344,11 @@ impl Rule {
                 if inner.trim().is_empty() {
                     return Err(invalid(rule, offset + open + 2, "empty pattern in `()`"));
                 }
-                (&trimmed[..open], Some(Pattern::compile(inner)))
+                let pattern = Pattern::Written {
+                    command: CommandPattern::new(inner),
+                    path: PathPattern::compile(inner, base),
+                };
+                (&trimmed[..open], Some(pattern))
             }
         };
         if name.is_empty() {
@@ -144,51 +385,148 @@ impl Rule {
         })
     }
 
+    /// The rule "allow always" records (SEC-7): this tool with exactly this command (for a
+    /// call with a `command`) or exactly this input — no prefix, no glob.
+    pub fn exact(tool_name: &str, input: &Value) -> Rule {
+        let command = input.get("command").and_then(Value::as_str);
+        let shown = match command {
+            Some(cmd) => cmd.to_owned(),
+            None => input.to_string(),
+        };
+        Rule {
+            source: format!("{tool_name}({shown}) [exactly]"),
+            tool: ToolPart::Exact(tool_name.to_owned()),
+            pattern: Some(Pattern::Exact {
+                command: command.map(CommandPattern::exact),
+                input: input.clone(),
+            }),
+        }
+    }
+
     /// The rule as written.
     pub fn as_str(&self) -> &str {
         &self.source
     }
 
-    /// Whether the rule's tool part matches `tool_name`.
+    /// Whether the rule's tool part matches `tool_name` (through [`TOOL_ALIASES`]).
     pub fn matches_tool(&self, tool_name: &str) -> bool {
-        match &self.tool {
-            ToolPart::Any => true,
-            ToolPart::Exact(n) => n == tool_name,
-            ToolPart::Prefix(p) => tool_name.starts_with(p.as_str()),
-        }
+        self.tool.matches(tool_name)
     }
 
-    /// Whether the rule matches the call: for a compound command, when **any** part matches
-    /// (the reading for deny and ask rules).
+    /// Whether the rule can match a call of any of `tools` (a rule that cannot deserves a
+    /// warning: it would be silently inert).
+    pub fn names_any_of<'t>(&self, tools: impl IntoIterator<Item = &'t str>) -> bool {
+        tools.into_iter().any(|t| self.tool.matches(t))
+    }
+
+    /// Whether the rule matches the call in the reading of deny and ask rules: **any** simple
+    /// command of a shell command may match, or **any** form of **any** path field matches.
     pub fn matches(&self, tool_name: &str, input: &Value, cwd: Option<&Path>) -> bool {
-        self.test(tool_name, input, cwd, false)
+        self.matches_subject(&Subject::new(tool_name, input, cwd, &[]))
     }
 
-    /// Whether the rule matches the call: for a compound command, only when **every** part
-    /// matches (the reading for allow rules, so `ls && rm -rf /` is not allowed by `Bash(ls *)`).
+    /// Whether the rule matches the call in the reading of allow rules: **every** simple command
+    /// is covered and nothing else can run (so `ls && rm -rf /` is not allowed by `Bash(ls *)`),
+    /// or both forms of **every** path field match.
     pub fn matches_all(&self, tool_name: &str, input: &Value, cwd: Option<&Path>) -> bool {
-        self.test(tool_name, input, cwd, true)
+        allowed_by([self], &Subject::new(tool_name, input, cwd, &[])).is_some()
     }
 
-    fn test(&self, tool_name: &str, input: &Value, cwd: Option<&Path>, all: bool) -> bool {
-        if !self.matches_tool(tool_name) {
+    /// The deny reading on a prepared call.
+    pub(crate) fn matches_subject(&self, s: &Subject<'_>) -> bool {
+        if !self.tool.matches(s.tool) {
             return false;
         }
-        let Some(pattern) = &self.pattern else {
-            return true;
-        };
-        match primary_argument(input) {
-            None => false,
-            Some(Primary::Command(cmd)) => {
-                let script = Script::parse(cmd);
-                if all {
-                    script.covered_by(&[&pattern.command]).is_some()
-                } else {
-                    script.matches_any(&pattern.command)
+        match &self.pattern {
+            None => true,
+            Some(Pattern::Exact { command, input }) => match (&s.arg, command) {
+                (Arg::Command(_, script), Some(c)) => script.matches_any(c),
+                _ => s.input == input,
+            },
+            Some(Pattern::Written { command, path }) => match &s.arg {
+                Arg::Nothing => false,
+                Arg::Command(_, script) => script.matches_any(command),
+                Arg::Text(text) => command.matches_text(text),
+                Arg::Paths { fields, malformed } => {
+                    // A path field that is not a string cannot be checked: fail closed.
+                    *malformed
+                        || fields
+                            .iter()
+                            .flat_map(PathField::forms)
+                            .any(|p| path.matches(p, &s.cwd, true))
+                }
+            },
+        }
+    }
+
+    /// Absolute globs of the paths this rule keeps a `Read` from, for the `bash` sandbox: the
+    /// rule must apply to `read_file` and have a path pattern (a bare `Read` denies the tool,
+    /// not every file, and is not carried into the sandbox).
+    pub(crate) fn read_deny_globs(&self, cwd: &Path) -> Vec<String> {
+        match &self.pattern {
+            Some(Pattern::Written { path, .. }) if self.tool.matches("read_file") => {
+                path.absolute_globs(cwd)
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The allow reading over several rules: the rules that together cover the call (every simple
+/// command covered by one of them, every form of every path field matched by one of them), or
+/// `None` when they do not.
+pub(crate) fn allowed_by<'r>(
+    rules: impl IntoIterator<Item = &'r Rule>,
+    s: &Subject<'_>,
+) -> Option<Vec<&'r Rule>> {
+    let rules: Vec<&Rule> = rules
+        .into_iter()
+        .filter(|r| r.tool.matches(s.tool))
+        .collect();
+    if let Some(whole) = rules.iter().find(|r| r.pattern.is_none()) {
+        return Some(vec![whole]);
+    }
+    if let Some(exact) = rules.iter().find(|r| match &r.pattern {
+        Some(Pattern::Exact { command, input }) => match (&s.arg, command) {
+            (Arg::Command(cmd, _), Some(_)) => input.get("command").and_then(Value::as_str) == Some(cmd),
+            _ => s.input == input,
+        },
+        _ => false,
+    }) {
+        return Some(vec![exact]);
+    }
+    let written: Vec<(&Rule, &CommandPattern, &PathPattern)> = rules
+        .iter()
+        .filter_map(|r| match &r.pattern {
+            Some(Pattern::Written { command, path }) => Some((*r, command, path)),
+            _ => None,
+        })
+        .collect();
+    match &s.arg {
+        Arg::Nothing => None,
+        Arg::Command(_, script) => {
+            let patterns: Vec<&CommandPattern> = written.iter().map(|(_, c, _)| *c).collect();
+            let used = script.covered_by(&patterns)?;
+            Some(used.into_iter().map(|i| written[i].0).collect())
+        }
+        Arg::Text(text) => written
+            .iter()
+            .find(|(_, c, _)| c.matches_text(text))
+            .map(|(r, _, _)| vec![*r]),
+        Arg::Paths { fields, malformed } => {
+            if *malformed || fields.is_empty() {
+                return None;
+            }
+            let mut used: Vec<&Rule> = Vec::new();
+            for form in fields.iter().flat_map(PathField::forms) {
+                let (rule, _, _) = written
+                    .iter()
+                    .find(|(_, _, p)| p.matches(form, &s.cwd, false))?;
+                if !used.iter().any(|u| std::ptr::eq(*u, *rule)) {
+                    used.push(rule);
                 }
             }
-            Some(Primary::Text(text)) => pattern.command.matches_text(text),
-            Some(Primary::Path(path)) => pattern.matches_path(path, cwd),
+            Some(used)
         }
     }
 }
@@ -210,22 +548,6 @@ impl std::str::FromStr for Rule {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Rule::parse(s)
     }
-}
-
-fn primary_argument(input: &Value) -> Option<Primary<'_>> {
-    let get = |k: &str| input.get(k).and_then(Value::as_str);
-    if let Some(c) = get("command") {
-        return Some(Primary::Command(c));
-    }
-    for key in ["file_path", "path", "notebook_path"] {
-        if let Some(p) = get(key) {
-            return Some(Primary::Path(p));
-        }
-    }
-    ["url", "pattern", "query"]
-        .into_iter()
-        .find_map(get)
-        .map(Primary::Text)
 }
 
 /// Splits a shell command on `&&`, `||`, `;` and `|`, dropping leading `VAR=value` words.
@@ -276,41 +598,32 @@ fn strip_assignments(mut part: &str) -> &str {
     }
 }
 
-/// Resolves `.` and `..` without touching the file system.
-pub(crate) fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
-
-/// Compiles a `*` / `**` wildcard into an anchored regex. With `paths`, `*` stops at `/`.
-fn wildcard_regex(pattern: &str, paths: bool) -> Regex {
-    let mut re = String::with_capacity(pattern.len() + 8);
+/// Compiles a path glob into an anchored regex: `*` stays within a name, `**` crosses `/`,
+/// `**/` may be empty, and a trailing `/**` also matches the directory itself.
+fn path_regex(pattern: &str) -> Regex {
+    let mut re = String::with_capacity(pattern.len() + 16);
     re.push_str("(?s)^");
-    let mut rest = pattern;
+    let (body, tail) = match pattern.strip_suffix("/**") {
+        Some(dir) => (dir, "(?:/.*)?"),
+        None => (pattern, ""),
+    };
+    let mut rest = body;
     while let Some(i) = rest.find('*') {
         re.push_str(&regex::escape(&rest[..i]));
         rest = &rest[i..];
-        if paths && rest.starts_with("**/") {
+        if rest.starts_with("**/") {
             re.push_str("(?:.*/)?");
             rest = &rest[3..];
-        } else if paths && rest.starts_with("**") {
+        } else if rest.starts_with("**") {
             re.push_str(".*");
             rest = &rest[2..];
         } else {
-            re.push_str(if paths { "[^/]*" } else { ".*" });
+            re.push_str("[^/]*");
             rest = &rest[1..];
         }
     }
     re.push_str(&regex::escape(rest));
+    re.push_str(tail);
     re.push('$');
     // The pattern is escaped except for the wildcards we emit, so it always compiles.
     Regex::new(&re).unwrap_or_else(|_| Regex::new("^$").expect("trivial regex"))
@@ -368,6 +681,19 @@ mod tests {
     }
 
     #[test]
+    fn claude_code_names_reach_the_built_in_tools() {
+        let r = Rule::parse("Bash(rm *)").unwrap();
+        assert!(r.matches("bash", &bash("rm -rf x"), None));
+        let read = Rule::parse("Read").unwrap();
+        assert!(read.matches_tool("read_file") && read.matches_tool("list_dir"));
+        assert!(!read.matches_tool("write_file"));
+        assert!(Rule::parse("Edit").unwrap().matches_tool("write_file"));
+        // The alias goes one way: a built-in name does not stand for Claude Code's tool.
+        assert!(!Rule::parse("bash").unwrap().matches_tool("Bash"));
+        assert!(!Rule::parse("WebFetch").unwrap().names_any_of(["bash", "read_file"]));
+    }
+
+    #[test]
     fn path_patterns() {
         let cwd = Path::new("/w");
         let r = Rule::parse("Read(*.env)").unwrap();
@@ -378,16 +704,47 @@ mod tests {
         let deep = Rule::parse("Read(**/.env)").unwrap();
         assert!(deep.matches("Read", &json!({"path": "a/b/.env"}), Some(cwd)));
         assert!(deep.matches("Read", &json!({"path": ".env"}), Some(cwd)));
-        let abs = Rule::parse("Write(/etc/**)").unwrap();
+        // Any path field: a second field cannot hide the denied one.
+        assert!(deep.matches(
+            "read_file",
+            &json!({"path": ".env", "file_path": "ok.txt"}),
+            Some(cwd)
+        ));
+        assert!(!deep.matches_all(
+            "read_file",
+            &json!({"path": ".env", "file_path": "ok.txt"}),
+            Some(cwd)
+        ));
+        let abs = Rule::parse("Write(//etc/**)").unwrap();
         assert!(abs.matches("Write", &json!({"path": "/etc/passwd"}), Some(cwd)));
+        assert!(!abs.matches("Write", &json!({"path": "etc/passwd"}), Some(cwd)));
+        let dir = Rule::parse("Read(secrets/**)").unwrap();
+        assert!(dir.matches("Read", &json!({"path": "secrets"}), Some(cwd)));
+        assert!(dir.matches("Read", &json!({"path": "secrets/a/b"}), Some(cwd)));
     }
 
     #[test]
-    fn split_handles_quotes_and_assignments() {
-        assert_eq!(
-            split_compound("A=1 B=2 ls -l | grep 'a|b' && echo \"x;y\""),
-            vec!["ls -l", "grep 'a|b'", "echo \"x;y\""]
-        );
-        assert_eq!(split_compound("sleep 1 &"), vec!["sleep 1 &"]);
+    fn slash_paths_are_relative_to_the_settings_file() {
+        let cwd = Path::new("/w");
+        let r = Rule::parse_in("Read(/conf/*.key)", Path::new("/project")).unwrap();
+        assert!(r.matches("Read", &json!({"path": "/project/conf/a.key"}), Some(cwd)));
+        assert!(!r.matches("Read", &json!({"path": "/conf/a.key"}), Some(cwd)));
+        // Without a settings file: deny reads both ways, allow only cwd-relative.
+        let r = Rule::parse("Read(/conf/*.key)").unwrap();
+        assert!(r.matches("Read", &json!({"path": "/conf/a.key"}), Some(cwd)));
+        assert!(r.matches("Read", &json!({"path": "conf/a.key"}), Some(cwd)));
+        assert!(!r.matches_all("Read", &json!({"path": "/conf/a.key"}), Some(cwd)));
+        assert!(r.matches_all("Read", &json!({"path": "conf/a.key"}), Some(cwd)));
+    }
+
+    #[test]
+    fn exact_rules_match_only_what_was_approved() {
+        let r = Rule::exact("bash", &bash("ls *.txt"));
+        assert!(r.matches_all("bash", &bash("ls *.txt"), None));
+        assert!(!r.matches_all("bash", &bash("ls `touch x`.txt"), None));
+        assert!(!r.matches_all("bash", &bash("ls a.txt"), None));
+        let w = Rule::exact("write_file", &json!({"path": "a", "content": "x"}));
+        assert!(w.matches_all("write_file", &json!({"path": "a", "content": "x"}), None));
+        assert!(!w.matches_all("write_file", &json!({"path": "a", "content": "y"}), None));
     }
 }

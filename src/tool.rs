@@ -74,6 +74,13 @@ pub trait Tool: Send + Sync + 'static {
     fn concurrency_safe(&self) -> bool {
         self.kind() == ToolKind::ReadOnly
     }
+    /// Input fields, beyond the standard `file_path`, `path` and `notebook_path`, that hold a
+    /// path. Path rules check every path field (SEC-6), and the pipeline hands the tool each
+    /// declared field resolved to the absolute path that was checked, so that the tool opens
+    /// exactly that path (standard fields are rewritten only when declared here too).
+    fn path_arguments(&self) -> &[&str] {
+        &[]
+    }
     /// How long one call may run.
     fn timeout(&self) -> Duration {
         Duration::from_secs(120)

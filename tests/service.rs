@@ -1,11 +1,14 @@
 //! The HTTP service (`hookbus::service`) tested over HTTP with a real client, and in headless
 //! Chromium.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use hookbus::service::{router, ServiceState};
+use common::external_available;
 use hookbus::{Agent, ChannelApprover};
 use serde_json::{json, Value};
 
@@ -458,6 +461,12 @@ impl Browser {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_session_events_and_a_pending_approval_in_chromium() {
+    if !external_available(
+        &["chromium", "chromedriver"],
+        "the dashboard is driven in headless Chromium; .ci/run installs chromium and chromium-driver",
+    ) {
+        return;
+    }
     let svc = start().await;
     let id = svc
         .open(

@@ -27,6 +27,7 @@ use crate::observer::Observer;
 use crate::permission::{PermissionConfig, PermissionHandle, PermissionMode, PermissionService};
 use crate::pipeline::DEFAULT_APPROVAL_TIMEOUT;
 use crate::provider::{Message, Provider};
+use crate::sandbox::SandboxPolicy;
 use crate::scripted::ScriptedProvider;
 use crate::session::SessionConfig;
 use crate::tool::Tool;
@@ -76,6 +77,7 @@ pub struct AgentBuilder {
     provider: Arc<dyn Provider>,
     tools: Vec<Arc<dyn Tool>>,
     limits: Limits,
+    sandbox: Option<SandboxPolicy>,
 }
 
 impl Default for AgentBuilder {
@@ -90,6 +92,7 @@ impl Default for AgentBuilder {
             provider: Arc::new(ScriptedProvider::new()),
             tools: builtin_tools(),
             limits: Limits::default(),
+            sandbox: None,
         }
     }
 }
@@ -179,6 +182,12 @@ impl AgentBuilder {
         self.limits.max_steps = n;
         self
     }
+    /// The sandbox policy of every session that does not set its own (default: each tool's
+    /// own, which for the `bash` tool is [`SandboxPolicy::Workspace`]).
+    pub fn sandbox(mut self, policy: SandboxPolicy) -> Self {
+        self.sandbox = Some(policy);
+        self
+    }
 
     /// Starts the permission service, registers hooks and observers, and returns the handle.
     pub async fn build(self) -> Result<Agent, Error> {
@@ -189,10 +198,32 @@ impl AgentBuilder {
         for observer in self.observers {
             bus.observe_arc(observer).await?;
         }
+        let permissions = self.permissions;
+        let names: Vec<&str> = self
+            .tools
+            .iter()
+            .map(|t| t.name())
+            .chain(std::iter::once("task"))
+            .collect();
+        let warnings = permissions.unknown_tool_warnings(names.iter().copied());
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        let service = PermissionService::spawn(permissions);
+        for tool in &self.tools {
+            let declared = tool.path_arguments();
+            if !declared.is_empty() {
+                service
+                    .declare_path_arguments(tool.name(), declared.iter().copied())
+                    .await?;
+            }
+        }
         Ok(Agent {
             inner: Arc::new_cyclic(|weak| AgentInner {
                 bus,
-                permissions: PermissionService::spawn(self.permissions),
+                warnings,
+                sandbox: self.sandbox,
+                permissions: service,
                 approver: self.approver,
                 approval_timeout: self.approval_timeout,
                 provider: self.provider,
@@ -208,6 +239,8 @@ impl AgentBuilder {
 
 pub(crate) struct AgentInner {
     pub bus: Bus,
+    pub warnings: Vec<String>,
+    pub sandbox: Option<SandboxPolicy>,
     pub permissions: PermissionHandle,
     pub approver: Arc<dyn Approver>,
     pub approval_timeout: Duration,
@@ -255,6 +288,10 @@ pub struct SessionOptions {
     pub provider: Option<Arc<dyn Provider>>,
     /// A system prompt placed first in the conversation.
     pub system_prompt: Option<String>,
+    /// The sandbox policy of this session's `bash` commands (default: the agent's, else the
+    /// tool's own, [`SandboxPolicy::Workspace`]). [`SandboxPolicy::Unconfined`] is the
+    /// explicit opt-out.
+    pub sandbox: Option<SandboxPolicy>,
 }
 
 impl SessionOptions {
@@ -266,6 +303,7 @@ impl SessionOptions {
             permission_mode: None,
             provider: None,
             system_prompt: None,
+            sandbox: None,
         }
     }
     /// Use this id.
@@ -286,6 +324,11 @@ impl SessionOptions {
     /// Start the conversation with this system prompt.
     pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
         self.system_prompt = Some(prompt.into());
+        self
+    }
+    /// Confine this session's `bash` commands with this policy.
+    pub fn sandbox(mut self, policy: SandboxPolicy) -> Self {
+        self.sandbox = Some(policy);
         self
     }
 }
@@ -313,6 +356,12 @@ impl Agent {
     /// The permission service.
     pub fn permissions(&self) -> &PermissionHandle {
         &self.inner.permissions
+    }
+
+    /// What was found wrong with the configuration at build time (each also logged with
+    /// `tracing`): permission rules that name no known tool, and so could never match.
+    pub fn warnings(&self) -> &[String] {
+        &self.inner.warnings
     }
 
     /// An open session by id.
@@ -393,6 +442,7 @@ pub(crate) async fn open(
     }
     let provider = options.provider.unwrap_or_else(|| inner.provider.clone());
     let shared = Arc::new(LoopShared {
+        sandbox: options.sandbox.or(inner.sandbox),
         id: id.clone(),
         session,
         workspace,
@@ -438,6 +488,7 @@ impl SessionEntry {
 /// State a session's handles share with its loop actor.
 pub(crate) struct LoopShared {
     pub id: String,
+    pub sandbox: Option<SandboxPolicy>,
     pub session: crate::session::Session,
     pub workspace: PathBuf,
     pub provider: Arc<dyn Provider>,

@@ -83,6 +83,10 @@ impl SessionLoop {
         )
         .approval_timeout(agent.approval_timeout)
         .cwd(&shared.workspace);
+        let pipeline = match shared.sandbox {
+            Some(policy) => pipeline.sandbox(policy),
+            None => pipeline,
+        };
         Self {
             agent,
             shared,

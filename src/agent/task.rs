@@ -104,6 +104,7 @@ impl Tool for TaskTool {
             .map_err(ToolError::new)?;
         let mut options = SessionOptions::new(&parent.workspace);
         options.permission_mode = parent.mode;
+        options.sandbox = parent.sandbox;
         options.provider = Some(parent.provider.clone());
         let child = open(
             &agent,

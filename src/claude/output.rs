@@ -270,6 +270,16 @@ fn parse_output(event: EventKind, o: &Map<String, Value>) -> Result<Parsed, Stri
                     None => return Err("`decision` needs `behavior`".into()),
                 }
                 p.reason = opt_str(d, "message")?.map(str::to_owned);
+                match d.get("updatedInput") {
+                    None | Some(Value::Null) => {}
+                    Some(v @ Value::Object(_)) if p.decision == CcDecision::Allow => {
+                        p.updated_input = Some(v.clone())
+                    }
+                    Some(Value::Object(_)) => {
+                        return Err("`decision.updatedInput` applies only with behavior allow".into())
+                    }
+                    Some(_) => return Err("`decision.updatedInput` must be an object".into()),
+                }
             }
         }
         EventKind::PostToolUse => {
@@ -492,6 +502,12 @@ impl HandlerReport {
                 })
             }
             EventKind::PermissionRequest => match self.decision {
+                CcDecision::Allow if self.updated_input.is_some() => {
+                    Action::Permission(PermissionAction::AllowWithInput {
+                        input: self.updated_input.clone().unwrap_or_default(),
+                        reason,
+                    })
+                }
                 CcDecision::Allow => Action::Permission(PermissionAction::Override {
                     decision: PermissionDecision::Allow,
                     reason,

@@ -1,8 +1,11 @@
 //! `read_file`, `write_file` and `list_dir`.
 
+use std::io::Read;
+
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use super::workspace::WorkspaceAccess;
 use super::{str_arg, Workspace};
 use crate::permission::ToolKind;
 use crate::tool::{Tool, ToolCx, ToolError};
@@ -12,6 +15,15 @@ const READ_CAP: usize = 256 * 1024;
 
 fn io_error(what: &str, path: &str, e: std::io::Error) -> ToolError {
     ToolError::new(format!("cannot {what} `{path}`: {e}"))
+}
+
+/// Runs blocking file work off the runtime's workers.
+async fn blocking(
+    work: impl FnOnce() -> Result<Value, ToolError> + Send + 'static,
+) -> Result<Value, ToolError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(ToolError::new(format!("the file operation failed: {e}"))))
 }
 
 /// `read_file {path}`: a text file of the workspace.
@@ -33,17 +45,28 @@ impl Tool for ReadFile {
     fn kind(&self) -> ToolKind {
         ToolKind::ReadOnly
     }
+    fn path_arguments(&self) -> &[&str] {
+        &["path"]
+    }
     async fn execute(&self, input: Value, cx: ToolCx) -> Result<Value, ToolError> {
-        let path = str_arg(&input, "path")?;
-        let file = Workspace::of(&cx)?.resolve(path)?;
-        let bytes = tokio::fs::read(&file)
-            .await
-            .map_err(|e| io_error("read", path, e))?;
-        let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(READ_CAP)]).into_owned();
-        if bytes.len() > READ_CAP {
-            text.push_str(&format!("\n[cut: the file has {} bytes]", bytes.len()));
-        }
-        Ok(Value::String(text))
+        let path = str_arg(&input, "path")?.to_owned();
+        let ws = Workspace::of(&cx)?;
+        blocking(move || {
+            let (_, file) = ws.open(&path, WorkspaceAccess::Read)?;
+            let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let mut bytes = Vec::new();
+            file.take(READ_CAP as u64 + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| io_error("read", &path, e))?;
+            let cut = bytes.len() > READ_CAP;
+            bytes.truncate(READ_CAP);
+            let mut text = String::from_utf8_lossy(&bytes).into_owned();
+            if cut {
+                text.push_str(&format!("\n[cut: the file has {size} bytes]"));
+            }
+            Ok(Value::String(text))
+        })
+        .await
     }
 }
 
@@ -70,22 +93,28 @@ impl Tool for WriteFile {
     fn kind(&self) -> ToolKind {
         ToolKind::Edit
     }
+    fn path_arguments(&self) -> &[&str] {
+        &["path"]
+    }
     async fn execute(&self, input: Value, cx: ToolCx) -> Result<Value, ToolError> {
-        let path = str_arg(&input, "path")?;
-        let content = str_arg(&input, "content")?;
-        let file = Workspace::of(&cx)?.resolve(path)?;
-        if let Some(parent) = file.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_error("create the directory of", path, e))?;
-        }
-        tokio::fs::write(&file, content)
-            .await
-            .map_err(|e| io_error("write", path, e))?;
-        Ok(Value::String(format!(
-            "wrote {} bytes to {path}",
-            content.len()
-        )))
+        let path = str_arg(&input, "path")?.to_owned();
+        let content = str_arg(&input, "content")?.to_owned();
+        let ws = Workspace::of(&cx)?;
+        blocking(move || {
+            let target = ws.resolve(&path)?;
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| io_error("create the directory of", &path, e))?;
+            }
+            let (_, mut file) = ws.open(&path, WorkspaceAccess::Write)?;
+            std::io::Write::write_all(&mut file, content.as_bytes())
+                .map_err(|e| io_error("write", &path, e))?;
+            Ok(Value::String(format!(
+                "wrote {} bytes to {path}",
+                content.len()
+            )))
+        })
+        .await
     }
 }
 
@@ -108,27 +137,37 @@ impl Tool for ListDir {
     fn kind(&self) -> ToolKind {
         ToolKind::ReadOnly
     }
+    fn path_arguments(&self) -> &[&str] {
+        &["path"]
+    }
     async fn execute(&self, input: Value, cx: ToolCx) -> Result<Value, ToolError> {
-        let path = input.get("path").and_then(Value::as_str).unwrap_or(".");
-        let dir = Workspace::of(&cx)?.resolve(path)?;
-        let mut entries = tokio::fs::read_dir(&dir)
-            .await
-            .map_err(|e| io_error("list", path, e))?;
-        let mut names = Vec::new();
-        while let Some(entry) = entries
-            .next_entry()
-            .await
-            .map_err(|e| io_error("list", path, e))?
-        {
-            let mut name = entry.file_name().to_string_lossy().into_owned();
-            match entry.file_type().await {
-                Ok(t) if t.is_dir() => name.push('/'),
-                Ok(t) if t.is_symlink() => name.push('@'),
-                _ => {}
+        let path = input
+            .get("path")
+            .and_then(Value::as_str)
+            .unwrap_or(".")
+            .to_owned();
+        let ws = Workspace::of(&cx)?;
+        blocking(move || {
+            let (_, file) = ws.open(&path, WorkspaceAccess::Read)?;
+            let mut dir = nix::dir::Dir::from_fd(file.into())
+                .map_err(|e| io_error("list", &path, e.into()))?;
+            let mut names = Vec::new();
+            for entry in dir.iter() {
+                let entry = entry.map_err(|e| io_error("list", &path, e.into()))?;
+                let mut name = entry.file_name().to_string_lossy().into_owned();
+                if name == "." || name == ".." {
+                    continue;
+                }
+                match entry.file_type() {
+                    Some(nix::dir::Type::Directory) => name.push('/'),
+                    Some(nix::dir::Type::Symlink) => name.push('@'),
+                    _ => {}
+                }
+                names.push(name);
             }
-            names.push(name);
-        }
-        names.sort();
-        Ok(Value::String(names.join("\n")))
+            names.sort();
+            Ok(Value::String(names.join("\n")))
+        })
+        .await
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 pub use bash::{Bash, DEFAULT_BASH_TIMEOUT, OUTPUT_CAP};
 pub use files::{ListDir, ReadFile, WriteFile};
-pub use workspace::Workspace;
+pub use workspace::{Workspace, WorkspaceAccess};
 
 use crate::tool::Tool;
 

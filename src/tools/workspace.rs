@@ -1,16 +1,21 @@
-//! Path confinement: every path a built-in tool touches must lie inside the session's workspace.
+//! Path confinement: every path a built-in file tool touches must lie inside the session's
+//! workspace, and is opened exactly as it was checked.
 
+use std::fs::File;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
+use crate::paths::{normalize, open_exact, resolve, Access};
 use crate::tool::ToolError;
 
 /// A session's workspace directory, canonical, against which tool paths are resolved.
 ///
 /// [`resolve`](Workspace::resolve) refuses a path that leaves it: `..` that climbs out, an
-/// absolute path elsewhere, or a symlink (anywhere along the path) that points outside. It
-/// checks the path as it is on disk at the time of the call; it is a guard for an agent's
-/// mistakes, not a sandbox against a hostile process racing it.
+/// absolute path elsewhere, or a symlink that points outside. A relative path is resolved
+/// through symlinks inside the workspace; an absolute path (the pipeline hands the file tools
+/// the absolute path its rules checked) is taken as it is, and [`open`](Workspace::open) then
+/// refuses it if any component is a symlink — so a symlink swapped in after the check never
+/// redirects the call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workspace {
     root: PathBuf,
@@ -41,12 +46,14 @@ impl Workspace {
 
     /// The absolute path `path` (relative to the root, or absolute) names, if it stays inside.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, ToolError> {
-        let joined = self.root.join(path);
-        let lexical = normalize(&joined);
-        let real = real_path(&lexical)
-            .map_err(|e| ToolError::new(format!("cannot resolve `{path}`: {e}")))?;
-        if real.starts_with(&self.root) {
-            Ok(lexical)
+        let lexical = normalize(&self.root.join(path));
+        let target = if Path::new(path).is_absolute() {
+            lexical
+        } else {
+            resolve(&lexical).map_err(|e| ToolError::new(format!("cannot resolve `{path}`: {e}")))?
+        };
+        if target.starts_with(&self.root) {
+            Ok(target)
         } else {
             Err(ToolError::new(format!(
                 "path `{path}` is outside the workspace {} and was refused",
@@ -54,64 +61,26 @@ impl Workspace {
             )))
         }
     }
-}
 
-/// Removes `.` and resolves `..` lexically.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// The path with its longest existing prefix canonicalized (symlinks followed).
-fn real_path(path: &Path) -> io::Result<PathBuf> {
-    let mut existing = path.to_path_buf();
-    let mut rest = Vec::new();
-    loop {
-        match existing.canonicalize() {
-            Ok(real) => {
-                return Ok(rest.iter().rev().fold(real, |p, name| p.join(name)));
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                // A dangling symlink is not "not found yet": it points somewhere.
-                if existing.symlink_metadata().is_ok() {
-                    let target = std::fs::read_link(&existing)?;
-                    let parent = existing.parent().unwrap_or(Path::new("/"));
-                    let followed = normalize(&parent.join(target));
-                    return real_path(&followed)
-                        .map(|real| rest.iter().rev().fold(real, |p, name| p.join(name)));
-                }
-                match (existing.file_name(), existing.parent()) {
-                    (Some(name), Some(parent)) => {
-                        rest.push(name.to_owned());
-                        existing = parent.to_path_buf();
-                    }
-                    _ => return Err(e),
-                }
-            }
-            Err(e) => return Err(e),
-        }
+    /// Resolves `path` and opens it without following any symlink (see the type's docs).
+    pub fn open(&self, path: &str, access: WorkspaceAccess) -> Result<(PathBuf, File), ToolError> {
+        let target = self.resolve(path)?;
+        let access = match access {
+            WorkspaceAccess::Read => Access::Read,
+            WorkspaceAccess::Write => Access::Write,
+        };
+        let verb = if access == Access::Read { "open" } else { "write" };
+        let file = open_exact(&target, access)
+            .map_err(|e| ToolError::new(format!("cannot {verb} `{path}`: {e}")))?;
+        Ok((target, file))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn normalize_climbs_lexically() {
-        assert_eq!(
-            normalize(Path::new("/a/b/../c/./d")),
-            PathBuf::from("/a/c/d")
-        );
-        assert_eq!(normalize(Path::new("/a/../../x")), PathBuf::from("/x"));
-    }
+/// What [`Workspace::open`] opens a path for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceAccess {
+    /// Read an existing file or list a directory.
+    Read,
+    /// Create or replace a file.
+    Write,
 }

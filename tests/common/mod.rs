@@ -134,3 +134,27 @@ impl Observer for Recorder {
             .push((env.session_id.clone(), env.seq, env.kind()));
     }
 }
+
+/// Whether an outside program this test needs is here. When it is not, the test reports itself
+/// skipped with the reason and returns — unless `HOOKBUS_REQUIRE_EXTERNAL=1` (set by CI, which
+/// installs the programs), where a missing program fails the test.
+pub fn external_available(programs: &[&str], why: &str) -> bool {
+    let missing: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|p| {
+            !std::env::var_os("PATH").is_some_and(|path| {
+                std::env::split_paths(&path).any(|dir| dir.join(p).is_file())
+            })
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let reason = format!("skipped: {} not installed ({why})", missing.join(", "));
+    if std::env::var("HOOKBUS_REQUIRE_EXTERNAL").as_deref() == Ok("1") {
+        panic!("{reason}; HOOKBUS_REQUIRE_EXTERNAL=1 makes a skip a failure");
+    }
+    eprintln!("{reason}");
+    false
+}
