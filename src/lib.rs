@@ -149,6 +149,7 @@ pub use provider::{
     Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, ToolSpec, Usage,
 };
 pub use rule::Rule;
+pub use sandbox::SandboxPolicy;
 pub use scratchpad::Scratchpad;
 pub use scripted::{Script, ScriptCall, ScriptError, ScriptTurn, ScriptedProvider};
 pub use session::{Session, SessionConfig};
