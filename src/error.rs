@@ -105,6 +105,16 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A settings file key whose value is not what it must be.
+    #[error("{file}: `{key}`: {message}")]
+    InvalidSetting {
+        /// The settings file.
+        file: String,
+        /// The JSON path of the key (`permissions.deny[2]`).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The runtime is shutting down or has shut down.
     #[error("the runtime is shutting down")]
     ShuttingDown,

@@ -243,6 +243,74 @@ pub struct PermissionConfig {
 }
 
 impl PermissionConfig {
+    /// Reads the `permissions` section (`allow`, `ask`, `deny` rule lists and `defaultMode`) of
+    /// Claude Code settings files and merges them in order: rules add up, the last
+    /// `defaultMode` wins. A rule's `/path` patterns are relative to the directory of the file
+    /// it comes from. Anything malformed — a file that is not JSON, a rule that does not parse,
+    /// an unknown mode — is an error naming the file and key, and nothing is loaded.
+    pub fn from_settings_files(files: &[impl AsRef<Path>]) -> Result<Self, Error> {
+        let mut config = PermissionConfig::default();
+        for file in files {
+            let path = file.as_ref();
+            let name = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+                path: name.clone(),
+                message: e.to_string(),
+            })?;
+            let value: Value = serde_json::from_str(&text).map_err(|e| Error::json(&name, &e))?;
+            let dir = path
+                .canonicalize()
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+                .unwrap_or_else(|| PathBuf::from("."));
+            config.merge_settings(&name, &value, &dir)?;
+        }
+        Ok(config)
+    }
+
+    fn merge_settings(&mut self, file: &str, value: &Value, dir: &Path) -> Result<(), Error> {
+        let bad = |key: String, message: String| Error::InvalidSetting {
+            file: file.to_owned(),
+            key,
+            message,
+        };
+        let Some(section) = value.get("permissions") else {
+            return Ok(());
+        };
+        let Some(section) = section.as_object() else {
+            return Err(bad("permissions".into(), "must be an object".into()));
+        };
+        for (kind, list) in [
+            ("deny", &mut self.global.deny),
+            ("ask", &mut self.global.ask),
+            ("allow", &mut self.global.allow),
+        ] {
+            let Some(rules) = section.get(kind) else {
+                continue;
+            };
+            let Some(rules) = rules.as_array() else {
+                return Err(bad(
+                    format!("permissions.{kind}"),
+                    "must be an array of rules".into(),
+                ));
+            };
+            for (i, rule) in rules.iter().enumerate() {
+                let key = format!("permissions.{kind}[{i}]");
+                let text = rule
+                    .as_str()
+                    .ok_or_else(|| bad(key.clone(), "must be a rule string".into()))?;
+                list.push(Rule::parse_in(text, dir).map_err(|e| bad(key, e.to_string()))?);
+            }
+        }
+        if let Some(mode) = section.get("defaultMode") {
+            let text = mode.as_str().unwrap_or_default();
+            self.default_mode = text.parse().map_err(|e: Error| {
+                bad("permissions.defaultMode".into(), e.to_string())
+            })?;
+        }
+        Ok(())
+    }
+
     /// Every rule of the configuration, with where it stands (`global deny`, `tool bash allow`).
     fn rules(&self) -> Vec<(String, &Rule)> {
         fn set<'a>(scope: &str, rules: &'a RuleSet, out: &mut Vec<(String, &'a Rule)>) {

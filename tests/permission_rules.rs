@@ -400,3 +400,43 @@ async fn declared_path_fields_are_checked_and_handed_over_resolved() {
         json!({"target": ws.root.join("ok.txt").display().to_string(), "n": 1})
     );
 }
+
+#[tokio::test]
+async fn settings_files_give_rules_relative_to_themselves_and_name_what_is_wrong() {
+    let ws = workspace();
+    let conf = ws.root.join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    let user = conf.join("user.json");
+    std::fs::write(
+        &user,
+        r#"{"permissions": {"deny": ["Read(/secrets/**)"], "defaultMode": "acceptEdits"}}"#,
+    )
+    .unwrap();
+    let project = ws.root.join("project.json");
+    std::fs::write(
+        &project,
+        r#"{"permissions": {"deny": ["Bash(rm *)"], "allow": ["Bash(ls *)"], "defaultMode": "plan"}}"#,
+    )
+    .unwrap();
+    let config = PermissionConfig::from_settings_files(&[&user, &project]).unwrap();
+    assert_eq!(config.default_mode, PermissionMode::Plan, "the last file wins");
+    assert_eq!(config.global.deny.len(), 2);
+    assert_eq!(config.global.allow.len(), 1);
+    let cwd = Some(ws.root.as_path());
+    let secrets = &config.global.deny[0];
+    assert!(secrets.matches("read_file", &json!({"path": "conf/secrets/a"}), cwd));
+    assert!(!secrets.matches("read_file", &json!({"path": "secrets/a"}), cwd));
+
+    std::fs::write(&project, r#"{"permissions": {"deny": ["Bash(ls", 3]}}"#).unwrap();
+    let err = PermissionConfig::from_settings_files(&[&project]).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("project.json") && text.contains("permissions.deny[0]"),
+        "{text}"
+    );
+    std::fs::write(&project, r#"{"permissions": {"defaultMode": "yolo"}}"#).unwrap();
+    let text = PermissionConfig::from_settings_files(&[&project])
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("permissions.defaultMode"), "{text}");
+}
