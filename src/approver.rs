@@ -50,11 +50,34 @@ pub enum Approval {
 pub trait Approver: Send + Sync + 'static {
     /// Answers one request. The caller applies the timeout.
     async fn approve(&self, request: ApprovalRequest) -> Approval;
+    /// Whether anyone is there to ask (`false` for [`NoApprover`]: the pipeline then denies
+    /// with source `no_approver` without a prompt).
+    fn present(&self) -> bool {
+        true
+    }
 }
 
 /// Always gives the same answer.
 #[derive(Debug, Clone)]
 pub struct PolicyApprover(pub Approval);
+
+/// No approver: every question is denied at once with source
+/// [`no_approver`](crate::DenialSource::NoApprover), and no `permission_prompt` notification
+/// fires, since nobody is asked. What an [`Agent`](crate::Agent) uses unless given an approver.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoApprover;
+
+#[async_trait]
+impl Approver for NoApprover {
+    async fn approve(&self, _: ApprovalRequest) -> Approval {
+        Approval::Deny {
+            reason: Some("no approver is configured".into()),
+        }
+    }
+    fn present(&self) -> bool {
+        false
+    }
+}
 
 impl PolicyApprover {
     /// Allows every request once.

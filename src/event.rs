@@ -202,6 +202,10 @@ pub enum DenialSource {
     Timeout,
     /// The permission service failed (fail-closed).
     Error,
+    /// Nobody could be asked: the runtime has no approver.
+    NoApprover,
+    /// The question was withdrawn: the turn was cancelled, or the client that would answer left.
+    Cancelled,
 }
 
 impl fmt::Display for DenialSource {
@@ -213,6 +217,8 @@ impl fmt::Display for DenialSource {
             DenialSource::User => "user",
             DenialSource::Timeout => "timeout",
             DenialSource::Error => "error",
+            DenialSource::NoApprover => "no_approver",
+            DenialSource::Cancelled => "cancelled",
         })
     }
 }

@@ -123,7 +123,7 @@ pub use agent::{
     TurnMetrics, TurnResult,
 };
 pub use approver::{
-    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, PolicyApprover,
+    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, NoApprover, PolicyApprover,
     TerminalApprover,
 };
 pub use async_trait::async_trait;

@@ -304,9 +304,9 @@ impl PermissionConfig {
         }
         if let Some(mode) = section.get("defaultMode") {
             let text = mode.as_str().unwrap_or_default();
-            self.default_mode = text.parse().map_err(|e: Error| {
-                bad("permissions.defaultMode".into(), e.to_string())
-            })?;
+            self.default_mode = text
+                .parse()
+                .map_err(|e: Error| bad("permissions.defaultMode".into(), e.to_string()))?;
         }
         Ok(())
     }
@@ -314,7 +314,11 @@ impl PermissionConfig {
     /// Every rule of the configuration, with where it stands (`global deny`, `tool bash allow`).
     fn rules(&self) -> Vec<(String, &Rule)> {
         fn set<'a>(scope: &str, rules: &'a RuleSet, out: &mut Vec<(String, &'a Rule)>) {
-            for (kind, list) in [("deny", &rules.deny), ("ask", &rules.ask), ("allow", &rules.allow)] {
+            for (kind, list) in [
+                ("deny", &rules.deny),
+                ("ask", &rules.ask),
+                ("allow", &rules.allow),
+            ] {
                 out.extend(list.iter().map(|r| (format!("{scope} {kind}"), r)));
             }
         }
@@ -688,7 +692,11 @@ impl PermissionHandle {
     pub async fn read_denies(&self, session_id: &str, cwd: &Path) -> Result<Vec<String>, Error> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Msg::ReadDenies(session_id.to_owned(), cwd.to_owned(), reply))
+            .send(Msg::ReadDenies(
+                session_id.to_owned(),
+                cwd.to_owned(),
+                reply,
+            ))
             .await
             .map_err(|_| Error::ShuttingDown)?;
         rx.await.map_err(|_| Error::ShuttingDown)

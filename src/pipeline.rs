@@ -283,6 +283,9 @@ impl Pipeline {
             }
             _ => {}
         }
+        if let Some(cancelled) = cx.cancelled(&final_input, &reminders) {
+            return Ok(cancelled);
+        }
         // 4. Permission on the final input.
         let opinion = match pre.decision {
             Decision::Ask => HookOpinion::Ask(pre.reason_text()),
@@ -292,6 +295,9 @@ impl Pipeline {
         let mut verdict = cx.check(&final_input, opinion, false).await;
         // 5. Ask: PermissionRequest gates, then the approver.
         if verdict.decision == PermissionDecision::Ask {
+            if let Some(cancelled) = cx.cancelled(&final_input, &reminders) {
+                return Ok(cancelled);
+            }
             let req = cx
                 .dispatch(Event::PermissionRequest(PermissionRequest {
                     tool_name: call.name.clone(),
@@ -347,6 +353,11 @@ impl Pipeline {
         // 6. Deny.
         if verdict.decision != PermissionDecision::Allow {
             return cx.denied(final_input, &verdict, reminders).await;
+        }
+        // A call whose tool has not started when the turn is cancelled does not run, and has
+        // no Post event (LOOP-6, LOOP-7).
+        if let Some(cancelled) = cx.cancelled(&final_input, &reminders) {
+            return Ok(cancelled);
         }
         // 7. Execute once.
         let started = Instant::now();
@@ -456,6 +467,14 @@ impl CallCx<'_> {
 
     async fn ask_approver(&self, input: &Value, verdict: Verdict) -> Result<Verdict, Error> {
         let p = self.pipeline;
+        if !p.approver.present() {
+            return Ok(Verdict {
+                decision: PermissionDecision::Deny,
+                source: Some(DenialSource::NoApprover),
+                explain: format!("{} → no approver to ask", verdict.explain),
+                ..verdict
+            });
+        }
         self.dispatch(Event::Notification(Notification {
             message: format!("hookbus needs your permission to use {}", self.call.name),
             title: Some("Permission needed".into()),
@@ -470,7 +489,35 @@ impl CallCx<'_> {
             input: input.clone(),
             reason: verdict.explain.clone(),
         };
-        let answer = tokio::time::timeout(p.approval_timeout, p.approver.approve(request)).await;
+        // The wait races the turn's cancellation, and a panicking approver denies this call
+        // (fail-closed) without taking the session down.
+        let asking = AssertUnwindSafe(p.approver.approve(request)).catch_unwind();
+        let answer = tokio::select! {
+            biased;
+            _ = p.cancel.cancelled() => {
+                return Ok(Verdict {
+                    decision: PermissionDecision::Deny,
+                    source: Some(DenialSource::Cancelled),
+                    explain: "the turn was cancelled while the approver was asked".into(),
+                    ..verdict
+                });
+            }
+            answer = tokio::time::timeout(p.approval_timeout, asking) => answer,
+        };
+        let answer = match answer {
+            Ok(Err(panic)) => {
+                let why = panic_message(panic.as_ref());
+                tracing::error!(session = p.session.id(), tool = %self.call.name, "the approver panicked: {why}");
+                return Ok(Verdict {
+                    decision: PermissionDecision::Deny,
+                    source: Some(DenialSource::Error),
+                    explain: format!("the approver failed: {why}"),
+                    ..verdict
+                });
+            }
+            Ok(Ok(approval)) => Ok(approval),
+            Err(elapsed) => Err(elapsed),
+        };
         Ok(match answer {
             Err(_) => Verdict {
                 decision: PermissionDecision::Deny,
@@ -513,6 +560,21 @@ impl CallCx<'_> {
                 explain: reason.unwrap_or_else(|| "the user said no".into()),
                 ..verdict
             },
+        })
+    }
+
+    /// The result of a call the turn's cancellation stopped before its tool started: not
+    /// executed, no further event (LOOP-6).
+    fn cancelled(&self, input: &Value, reminders: &[String]) -> Option<CallResult> {
+        self.pipeline.cancel.is_cancelled().then(|| {
+            self.result(
+                "Cancelled: the turn was cancelled before this call ran".into(),
+                true,
+                CallStatus::Cancelled,
+                input.clone(),
+                reminders.to_vec(),
+                None,
+            )
         })
     }
 

@@ -488,7 +488,9 @@ pub(crate) fn allowed_by<'r>(
     }
     if let Some(exact) = rules.iter().find(|r| match &r.pattern {
         Some(Pattern::Exact { command, input }) => match (&s.arg, command) {
-            (Arg::Command(cmd, _), Some(_)) => input.get("command").and_then(Value::as_str) == Some(cmd),
+            (Arg::Command(cmd, _), Some(_)) => {
+                input.get("command").and_then(Value::as_str) == Some(cmd)
+            }
             _ => s.input == input,
         },
         _ => false,
@@ -690,7 +692,9 @@ mod tests {
         assert!(Rule::parse("Edit").unwrap().matches_tool("write_file"));
         // The alias goes one way: a built-in name does not stand for Claude Code's tool.
         assert!(!Rule::parse("bash").unwrap().matches_tool("Bash"));
-        assert!(!Rule::parse("WebFetch").unwrap().names_any_of(["bash", "read_file"]));
+        assert!(!Rule::parse("WebFetch")
+            .unwrap()
+            .names_any_of(["bash", "read_file"]));
     }
 
     #[test]

@@ -75,7 +75,11 @@ async fn pipeline(
         bus.register_arc(h).await.unwrap();
     }
     let session = bus
-        .open_session(SessionConfig::new().id("s1").cwd(root.display().to_string()))
+        .open_session(
+            SessionConfig::new()
+                .id("s1")
+                .cwd(root.display().to_string()),
+        )
         .await
         .unwrap();
     let permissions = PermissionService::spawn(config);
@@ -419,7 +423,11 @@ async fn settings_files_give_rules_relative_to_themselves_and_name_what_is_wrong
     )
     .unwrap();
     let config = PermissionConfig::from_settings_files(&[&user, &project]).unwrap();
-    assert_eq!(config.default_mode, PermissionMode::Plan, "the last file wins");
+    assert_eq!(
+        config.default_mode,
+        PermissionMode::Plan,
+        "the last file wins"
+    );
     assert_eq!(config.global.deny.len(), 2);
     assert_eq!(config.global.allow.len(), 1);
     let cwd = Some(ws.root.as_path());

@@ -6,9 +6,9 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::external_available;
 use futures_util::StreamExt;
 use hookbus::service::{router, ServiceState};
-use common::external_available;
 use hookbus::{Agent, ChannelApprover};
 use serde_json::{json, Value};
 

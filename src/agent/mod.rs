@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::approver::{Approver, PolicyApprover};
+use crate::approver::{Approver, NoApprover};
 use crate::bus::{Bus, ShutdownReport};
 use crate::error::Error;
 use crate::event::SessionFields;
@@ -87,7 +87,7 @@ impl Default for AgentBuilder {
             hooks: Vec::new(),
             observers: Vec::new(),
             permissions: PermissionConfig::default(),
-            approver: Arc::new(PolicyApprover::deny()),
+            approver: Arc::new(NoApprover),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             provider: Arc::new(ScriptedProvider::new()),
             tools: builtin_tools(),
@@ -134,7 +134,8 @@ impl AgentBuilder {
         self.permissions = config;
         self
     }
-    /// Who answers permission asks (default: deny every ask).
+    /// Who answers permission asks (default: [`NoApprover`], which denies every ask with source
+    /// `no_approver`).
     pub fn approver(self, approver: impl Approver) -> Self {
         self.approver_arc(Arc::new(approver))
     }

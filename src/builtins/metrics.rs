@@ -88,7 +88,7 @@ impl Hook for MetricsHook {
             *n += 1;
             *n
         });
-        if n % self.every == 0 {
+        if n.is_multiple_of(self.every) {
             self.summary(cx.session_id(), "steps");
         }
         Ok(().into())

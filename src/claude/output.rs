@@ -276,7 +276,9 @@ fn parse_output(event: EventKind, o: &Map<String, Value>) -> Result<Parsed, Stri
                         p.updated_input = Some(v.clone())
                     }
                     Some(Value::Object(_)) => {
-                        return Err("`decision.updatedInput` applies only with behavior allow".into())
+                        return Err(
+                            "`decision.updatedInput` applies only with behavior allow".into()
+                        )
                     }
                     Some(_) => return Err("`decision.updatedInput` must be an object".into()),
                 }

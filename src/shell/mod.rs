@@ -42,7 +42,8 @@ impl CommandPattern {
             re.push_str(&regex::escape(part));
         }
         re.push('$');
-        let regex = regex::Regex::new(&re).unwrap_or_else(|_| regex::Regex::new("^$").expect("trivial"));
+        let regex =
+            regex::Regex::new(&re).unwrap_or_else(|_| regex::Regex::new("^$").expect("trivial"));
         Self {
             kind: Kind::Glob { regex, bare },
         }

@@ -50,7 +50,8 @@ impl Workspace {
         let target = if Path::new(path).is_absolute() {
             lexical
         } else {
-            resolve(&lexical).map_err(|e| ToolError::new(format!("cannot resolve `{path}`: {e}")))?
+            resolve(&lexical)
+                .map_err(|e| ToolError::new(format!("cannot resolve `{path}`: {e}")))?
         };
         if target.starts_with(&self.root) {
             Ok(target)
@@ -69,7 +70,11 @@ impl Workspace {
             WorkspaceAccess::Read => Access::Read,
             WorkspaceAccess::Write => Access::Write,
         };
-        let verb = if access == Access::Read { "open" } else { "write" };
+        let verb = if access == Access::Read {
+            "open"
+        } else {
+            "write"
+        };
         let file = open_exact(&target, access)
             .map_err(|e| ToolError::new(format!("cannot {verb} `{path}`: {e}")))?;
         Ok((target, file))

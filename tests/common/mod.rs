@@ -143,9 +143,8 @@ pub fn external_available(programs: &[&str], why: &str) -> bool {
         .iter()
         .copied()
         .filter(|p| {
-            !std::env::var_os("PATH").is_some_and(|path| {
-                std::env::split_paths(&path).any(|dir| dir.join(p).is_file())
-            })
+            !std::env::var_os("PATH")
+                .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(p).is_file()))
         })
         .collect();
     if missing.is_empty() {
