@@ -499,7 +499,9 @@ impl Bus {
             }
             Subscription::Observer { name, options } => {
                 let (tx, rx) = mpsc::channel(options.mailbox);
-                let entry = Arc::new(ObserverEntry::new(name, options, session, tx));
+                let mut entry = ObserverEntry::new(name, options, session, tx);
+                entry.user_task = true;
+                let entry = Arc::new(entry);
                 self.inner
                     .registry(|r| RegistryMsg::AddObserver(entry, r))
                     .await??;

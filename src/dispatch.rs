@@ -178,6 +178,7 @@ impl Dispatcher {
             return Box::default();
         }
         self.closed = true;
+        self.shared.closing.store(true, Ordering::Release);
         let grace = Instant::now() + self.bus.config.session_end_grace;
         let snapshot = self.snapshot();
         self.flush_observers(&snapshot, grace).await;
@@ -229,6 +230,11 @@ impl Dispatcher {
                     .is_none_or(|s| s == self.shared.id.as_str())
         });
         let waits = acks.map(|o| async move {
+            let deadline = if o.user_task {
+                deadline.min(Instant::now() + crate::observer::USER_MAILBOX_FLUSH)
+            } else {
+                deadline
+            };
             let (tx, rx) = oneshot::channel();
             let sent = tokio::time::timeout_at(deadline, o.tx.send(ObserverMsg::Flush(tx))).await;
             if matches!(sent, Ok(Ok(()))) {

@@ -108,7 +108,16 @@ pub(crate) struct ObserverEntry {
     /// mailbox drops at once, so a stuck observer delays a session by one enqueue limit at most.
     congested: AtomicBool,
     pub dropped: AtomicU64,
+    /// A user's task reads this mailbox ([`Bus::subscribe`](crate::Bus::subscribe)), not an
+    /// actor of the runtime: closing a session waits on it only briefly (see
+    /// [`USER_MAILBOX_FLUSH`]).
+    pub user_task: bool,
 }
+
+/// How long closing a session waits for a subscribed user task to take the session's earlier
+/// events before `SessionEnd`. The events are in its mailbox, in order, either way; a task that
+/// does not read its mailbox must not hold the session's end for the whole grace period.
+pub const USER_MAILBOX_FLUSH: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl ObserverEntry {
     pub fn new(
@@ -124,6 +133,7 @@ impl ObserverEntry {
             tx,
             congested: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
+            user_task: false,
         }
     }
 

@@ -336,6 +336,8 @@ impl Registry {
                 RegistryMsg::AddObserver(entry, reply) => {
                     let result = if self.observers.iter().any(|o| o.name == entry.name) {
                         Err(Error::DuplicateName(entry.name.clone()))
+                    } else if let Err(e) = self.check_session(entry.session.as_deref()) {
+                        Err(e)
                     } else {
                         self.observers.push(entry);
                         self.publish_all()
@@ -383,13 +385,21 @@ impl Registry {
         if candidate.iter().any(|h| h.name == entry.name) {
             return Err(Error::DuplicateName(entry.name.clone()));
         }
-        if let Some(id) = &scope {
-            if !self.session_states.contains_key(id) {
-                return Err(Error::NoSuchSession(id.clone()));
-            }
-        }
+        self.check_session(scope.as_deref())?;
         candidate.push(entry);
         self.commit(scope, candidate)
+    }
+
+    /// A session scope must name an open session that is not closing (HK-5).
+    fn check_session(&self, scope: Option<&str>) -> Result<(), Error> {
+        let Some(id) = scope else { return Ok(()) };
+        match self.session_states.get(id) {
+            None => Err(Error::NoSuchSession(id.to_owned())),
+            Some(s) if s.closing.load(std::sync::atomic::Ordering::Acquire) => {
+                Err(Error::SessionClosed(id.to_owned()))
+            }
+            Some(_) => Ok(()),
+        }
     }
 
     fn remove_hook(&mut self, scope: Option<String>, name: &str) -> Result<(), Error> {

@@ -84,6 +84,8 @@ pub(crate) struct SessionShared {
     pub mailbox: Mutex<Option<mpsc::WeakSender<SessionMsg>>>,
     /// The live event stream; created at open when history is kept, else on first subscription.
     pub log: OnceLock<EventLog>,
+    /// Set when the session starts closing: it takes no more hooks or subscriptions (HK-5).
+    pub closing: std::sync::atomic::AtomicBool,
 }
 
 impl SessionShared {
@@ -101,6 +103,7 @@ impl SessionShared {
                 0 => OnceLock::new(),
                 n => OnceLock::from(EventLog::with_history(n)),
             },
+            closing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -270,8 +273,10 @@ impl Session {
         self.shared.cancel_turn();
     }
 
-    /// Registers a hook for this session only; it is removed when the session ends.
+    /// Registers a hook for this session only; it is removed when the session ends. A session
+    /// that is closing or closed refuses it.
     pub async fn register(&self, hook: impl Hook) -> Result<(), Error> {
+        self.check_open()?;
         self.bus
             .register_scoped(Arc::new(hook), Some(self.shared.id.clone()))
             .await
@@ -284,8 +289,11 @@ impl Session {
             .await
     }
 
-    /// Subscribes a user task to this session's events (see [`Bus::subscribe`]).
+    /// Subscribes a user task to this session's events (see [`Bus::subscribe`]). A session
+    /// that is closing or closed refuses it, so a subscription never outlives its session or
+    /// sees a later session of the same id.
     pub async fn subscribe(&self, subscription: Subscription) -> Result<Mailbox, Error> {
+        self.check_open()?;
         self.bus
             .subscribe_scoped(subscription, Some(self.shared.id.clone()))
             .await
@@ -293,6 +301,18 @@ impl Session {
 
     fn closed(&self) -> Error {
         Error::SessionClosed(self.shared.id.clone())
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self
+            .shared
+            .closing
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            Err(self.closed())
+        } else {
+            Ok(())
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use hookbus::*;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tokio::time::Instant;
+use tokio_stream::StreamExt;
 
 /// Records every event kind of every session.
 #[derive(Clone, Default)]
@@ -294,4 +295,69 @@ async fn without_an_approver_an_ask_is_denied_with_its_own_source_and_no_prompt(
     agent.shutdown(Duration::from_secs(5)).await;
     assert!(!tape.has(EventKind::Notification), "nobody was prompted");
     assert!(tape.has(EventKind::PermissionDenied));
+}
+
+#[tokio::test]
+async fn a_closed_session_refuses_subscriptions_even_after_its_id_is_reused() {
+    let bus = Bus::new();
+    let old = bus
+        .open_session(SessionConfig::new().id("same"))
+        .await
+        .unwrap();
+    old.close("done").await.unwrap();
+    let observer = || Subscription::observer("late", ObserverOptions::default());
+    assert!(matches!(
+        old.subscribe(observer()).await,
+        Err(Error::SessionClosed(id)) if id == "same"
+    ));
+    assert!(matches!(
+        old.subscribe(Subscription::gate("late-gate", HookOptions::new()))
+            .await,
+        Err(Error::SessionClosed(_))
+    ));
+    // A later session with the same id: the old handle still refuses, and nothing leaks over.
+    let new = bus
+        .open_session(SessionConfig::new().id("same"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        old.subscribe(observer()).await,
+        Err(Error::SessionClosed(_))
+    ));
+    let mut mailbox = new.subscribe(observer()).await.unwrap();
+    new.dispatch(Event::Notification(Notification {
+        message: "hi".into(),
+        title: None,
+        notification_type: "idle_prompt".into(),
+    }))
+    .await
+    .unwrap();
+    assert!(mailbox.next().await.is_some());
+    new.close("done").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_does_not_wait_the_grace_on_a_mailbox_nobody_reads() {
+    let bus = Bus::new();
+    let session = bus
+        .open_session(SessionConfig::new().id("s"))
+        .await
+        .unwrap();
+    let _unread = session
+        .subscribe(Subscription::observer("unread", ObserverOptions::default()))
+        .await
+        .unwrap();
+    session
+        .dispatch(Event::Notification(Notification {
+            message: "hi".into(),
+            title: None,
+            notification_type: "idle_prompt".into(),
+        }))
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    session.close("done").await.unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    bus.shutdown(Duration::from_secs(5)).await;
 }
