@@ -1,5 +1,5 @@
-//! `bash`: a shell command in the workspace, in its own process group, killed whole on timeout
-//! or cancellation.
+//! `bash`: a shell command in the workspace, under the kernel sandbox ([`crate::sandbox`]), in
+//! its own process group, killed whole on timeout or cancellation.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::{str_arg, Workspace};
 use crate::process::{GroupGuard, Output};
+use crate::sandbox::{self, KernelSupport, Prepared, Sandbox, SandboxPolicy};
 use crate::tool::{Tool, ToolCx, ToolError};
 
 /// Default time a command may run.
@@ -18,45 +19,84 @@ pub const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
 /// Bytes of stdout (and of stderr) kept; the rest is read and counted, not stored.
 pub const OUTPUT_CAP: usize = 64 * 1024;
 
-/// Paths outside the workspace a command may name: the null and standard devices.
-const ALLOWED_OUTSIDE: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/stdin",
-    "/dev/stdout",
-    "/dev/stderr",
-    "/dev/urandom",
-];
-
 /// `bash {command, timeout_ms?}`: runs `sh -c command` with the workspace as cwd.
 ///
+/// * The command runs under the kernel sandbox ([`crate::sandbox`]): by default
+///   ([`SandboxPolicy::Workspace`]) it writes only in the workspace and a private temp dir
+///   (its `TMPDIR`), reads everything but the paths the `Read` deny globs name, and has no
+///   network. Where the kernel lacks Landlock, the tool refuses to run unless the policy is
+///   [`SandboxPolicy::Unconfined`].
+/// * The policy is the tool's own ([`with_sandbox`](Self::with_sandbox)) unless the session
+///   sets one for the call; the deny globs are the tool's ([`deny_read`](Self::deny_read))
+///   together with the session's.
 /// * The command runs in a new process group; on timeout, cancellation, or when the call is
 ///   abandoned, the whole group gets `SIGKILL`, and so do background processes it left behind
 ///   when it exits.
-/// * Paths it names are checked against the workspace: an argument that is an absolute path
-///   (other than a command's own executable and the `/dev` standard devices), starts with `~`,
-///   climbs out with `..`, or goes through a symlink that points outside is refused before
-///   anything runs. This guards against an agent's
-///   mistakes; it is not a sandbox.
-/// * A non-zero exit status is a tool error carrying the status, stdout and stderr.
+/// * A non-zero exit status is a tool error carrying the status, stdout and stderr, and, when
+///   sandboxed, a line naming the sandbox (so that a "Permission denied" reads as what it is).
 #[derive(Debug, Clone)]
 pub struct Bash {
     timeout: Duration,
+    sandbox: Sandbox,
 }
 
 impl Default for Bash {
     fn default() -> Self {
-        Self {
-            timeout: DEFAULT_BASH_TIMEOUT,
-        }
+        Self::with_timeout(DEFAULT_BASH_TIMEOUT)
     }
 }
 
 impl Bash {
-    /// A `bash` tool whose commands may run this long (unless a call asks for less).
+    /// A `bash` tool whose commands may run this long (unless a call asks for less), under
+    /// the default sandbox policy.
     pub fn with_timeout(timeout: Duration) -> Self {
-        Self { timeout }
+        Self {
+            timeout,
+            sandbox: Sandbox::default(),
+        }
     }
+
+    /// The tool's own sandbox policy (a session's policy, when it sets one, wins).
+    pub fn with_sandbox(mut self, policy: SandboxPolicy) -> Self {
+        self.sandbox.policy = policy;
+        self
+    }
+
+    /// Adds an absolute glob (`*` within a name, `**` across directories) of paths no command
+    /// may read, beside those of the session's `Read` deny rules.
+    pub fn deny_read(mut self, glob: impl Into<String>) -> Self {
+        self.sandbox.deny_read.push(glob.into());
+        self
+    }
+
+    /// Which kernel to assume: [`KernelSupport::Unavailable`] simulates a kernel without
+    /// Landlock (every confined policy is then refused).
+    pub fn kernel_support(mut self, kernel: KernelSupport) -> Self {
+        self.sandbox.kernel = kernel;
+        self
+    }
+
+    /// The sandbox a command run now would get: the tool's own, with the policy and deny globs
+    /// of the session's call when this runs within one. [`Sandbox::describe`] says it in a line.
+    pub fn sandbox(&self) -> Sandbox {
+        effective(&self.sandbox, sandbox::call_env())
+    }
+}
+
+/// The tool's sandbox with a call's environment over it.
+fn effective(own: &Sandbox, env: Option<sandbox::CallEnv>) -> Sandbox {
+    let mut sandbox = own.clone();
+    if let Some(env) = env {
+        if let Some(policy) = env.policy {
+            sandbox.policy = policy;
+        }
+        for glob in env.deny_read {
+            if !sandbox.deny_read.contains(&glob) {
+                sandbox.deny_read.push(glob);
+            }
+        }
+    }
+    sandbox
 }
 
 #[async_trait]
@@ -87,23 +127,50 @@ impl Tool for Bash {
             .map(Duration::from_millis)
             .map_or(self.timeout, |t| t.min(self.timeout));
         let ws = Workspace::of(&cx)?;
-        check_paths(command, &ws)?;
-        run(command, ws.root(), limit, &cx).await
+        let sandbox = self.sandbox();
+        let root = ws.root().to_path_buf();
+        let mut prepared = tokio::task::spawn_blocking(move || sandbox.prepare(&root))
+            .await
+            .map_err(|e| ToolError::new(format!("preparing the sandbox: {e}")))?
+            .map_err(ToolError::new)?;
+        let result = run(command, ws.root(), limit, &cx, &mut prepared).await;
+        // The group is dead: remove the private temp dir, off the runtime's workers.
+        drop(tokio::task::spawn_blocking(move || drop(prepared)));
+        result
     }
 }
 
-async fn run(command: &str, cwd: &Path, limit: Duration, cx: &ToolCx) -> Result<Value, ToolError> {
-    let mut child = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| ToolError::new(format!("cannot start sh: {e}")))?;
+async fn run(
+    command: &str,
+    cwd: &Path,
+    limit: Duration,
+    cx: &ToolCx,
+    prepared: &mut Prepared,
+) -> Result<Value, ToolError> {
+    let mut child = {
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(command)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        prepared.configure(&mut cmd);
+        cmd.spawn().map_err(|e| {
+            if prepared.is_confined() {
+                ToolError::new(format!(
+                    "cannot start sh in the sandbox: {e} (applying the confinement or executing \
+                     sh failed; a Read deny rule covering sh or its libraries ends here too)\n{}",
+                    prepared.note().unwrap_or_default()
+                ))
+            } else {
+                ToolError::new(format!("cannot start sh: {e}"))
+            }
+        })?
+    };
+    prepared.spawned();
     let guard = GroupGuard::new(child.id());
     let output = Output::read(&mut child, OUTPUT_CAP);
     let status = tokio::select! {
@@ -126,116 +193,83 @@ async fn run(command: &str, cwd: &Path, limit: Duration, cx: &ToolCx) -> Result<
             || "killed by a signal".to_owned(),
             |c| format!("exit code {c}"),
         );
+        let note = prepared
+            .note()
+            .map_or_else(String::new, |n| format!("\n{n}"));
         Err(ToolError::new(format!(
-            "{code}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+            "{code}\nstdout:\n{stdout}\nstderr:\n{stderr}{note}"
         )))
     }
-}
-
-/// Refuses a command whose arguments name paths outside the workspace.
-fn check_paths(command: &str, ws: &Workspace) -> Result<(), ToolError> {
-    for (word, in_command_position) in words(command) {
-        let candidates = std::iter::once(word.as_str()).chain(word.split_once('=').map(|(_, v)| v));
-        for path in candidates {
-            if path.starts_with('~') {
-                return Err(refused(path, ws));
-            }
-            let absolute = path.starts_with('/');
-            if absolute && (in_command_position || ALLOWED_OUTSIDE.contains(&path)) {
-                continue;
-            }
-            let climbs = Path::new(path)
-                .components()
-                .any(|c| c == std::path::Component::ParentDir);
-            // A relative path is checked when it could lead somewhere: it climbs, has a
-            // directory part (`link/file`), or names something that exists (`link`).
-            let names_entry = !in_command_position
-                && (path.contains('/') || ws.root().join(path).symlink_metadata().is_ok());
-            if (absolute || climbs || names_entry) && ws.resolve(path).is_err() {
-                return Err(refused(path, ws));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn refused(path: &str, ws: &Workspace) -> ToolError {
-    ToolError::new(format!(
-        "path `{path}` is outside the workspace {} and was refused",
-        ws.root().display()
-    ))
-}
-
-/// Splits a command into words, quotes removed, marking each word that is a command's first.
-#[derive(Default)]
-struct Words {
-    out: Vec<(String, bool)>,
-    word: String,
-    command_position: bool,
-}
-
-impl Words {
-    /// Ends the current word; `then_command` when an operator makes the next word a command.
-    fn flush(&mut self, then_command: bool) {
-        if !self.word.is_empty() {
-            // `VAR=value cmd`: an assignment keeps the command position for the next word.
-            let assignment =
-                self.command_position && self.word.contains('=') && !self.word.starts_with('=');
-            let word = std::mem::take(&mut self.word);
-            self.out.push((word, self.command_position && !assignment));
-            self.command_position = assignment;
-        }
-        if then_command {
-            self.command_position = true;
-        }
-    }
-}
-
-fn words(command: &str) -> Vec<(String, bool)> {
-    let mut w = Words {
-        command_position: true,
-        ..Words::default()
-    };
-    let mut quote: Option<char> = None;
-    for ch in command.chars() {
-        match (quote, ch) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => w.word.push(c),
-            (None, '\'' | '"') => quote = Some(ch),
-            (None, ';' | '|' | '&' | '(' | ')' | '`') => w.flush(true),
-            (None, c) if c.is_whitespace() || c == '<' || c == '>' => w.flush(false),
-            (None, c) => w.word.push(c),
-        }
-    }
-    w.flush(false);
-    w.out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::{with_call_env, CallEnv};
+    use tokio_util::sync::CancellationToken;
 
-    #[test]
-    fn words_mark_command_positions() {
-        let w = words("cat a.txt | /usr/bin/wc -l > /dev/null; X=1 /bin/true 'q w'");
-        let firsts: Vec<_> = w
-            .iter()
-            .filter(|(_, c)| *c)
-            .map(|(w, _)| w.as_str())
-            .collect();
-        assert_eq!(firsts, ["cat", "/usr/bin/wc", "/bin/true"]);
-        assert!(w.iter().any(|(w, _)| w == "q w"));
+    fn cx(dir: &Path) -> ToolCx {
+        ToolCx {
+            cancel: CancellationToken::new(),
+            cwd: dir.to_path_buf(),
+            session_id: "s".into(),
+            tool_use_id: "t".into(),
+        }
     }
 
     #[test]
-    fn outside_paths_are_refused() {
+    fn a_session_policy_overrides_the_tools_and_deny_globs_add_up() {
+        let own = Bash::default()
+            .with_sandbox(SandboxPolicy::WorkspaceWithNetwork)
+            .deny_read("/a/*.key")
+            .sandbox;
+        assert_eq!(effective(&own, None), own);
+        let env = CallEnv {
+            policy: Some(SandboxPolicy::Workspace),
+            deny_read: vec!["/b/**/.env".into(), "/a/*.key".into()],
+        };
+        let merged = effective(&own, Some(env));
+        assert_eq!(merged.policy, SandboxPolicy::Workspace);
+        assert_eq!(merged.deny_read, ["/a/*.key", "/b/**/.env"]);
+        let no_policy = CallEnv {
+            policy: None,
+            deny_read: Vec::new(),
+        };
+        assert_eq!(
+            effective(&own, Some(no_policy)).policy,
+            SandboxPolicy::WorkspaceWithNetwork
+        );
+    }
+
+    #[tokio::test]
+    async fn the_call_env_decides_what_a_call_runs_under() {
         let dir = tempfile::tempdir().unwrap();
-        let ws = Workspace::new(dir.path()).unwrap();
-        assert!(check_paths("cat /etc/passwd", &ws).is_err());
-        assert!(check_paths("cat ../x", &ws).is_err());
-        assert!(check_paths("cat ~/.ssh/id_rsa", &ws).is_err());
-        assert!(check_paths("cp a --target=/tmp", &ws).is_err());
-        assert!(check_paths("python3 main.py > /dev/null", &ws).is_ok());
-        assert!(check_paths("/usr/bin/env python3 sub/../main.py", &ws).is_ok());
+        // The tool opts out, the session does not: on a kernel without Landlock the call is
+        // refused.
+        let bash = Bash::default()
+            .kernel_support(KernelSupport::Unavailable)
+            .with_sandbox(SandboxPolicy::Unconfined);
+        let input = json!({ "command": "echo ran" });
+        let env = CallEnv {
+            policy: Some(SandboxPolicy::Workspace),
+            deny_read: Vec::new(),
+        };
+        let err = with_call_env(env, bash.execute(input.clone(), cx(dir.path())))
+            .await
+            .unwrap_err();
+        assert!(err.0.contains("Landlock"), "{err}");
+        // The session opts out of a confined tool: it runs.
+        let bash = bash.with_sandbox(SandboxPolicy::Workspace);
+        let env = CallEnv {
+            policy: Some(SandboxPolicy::Unconfined),
+            deny_read: Vec::new(),
+        };
+        let out = with_call_env(env.clone(), bash.execute(input, cx(dir.path())))
+            .await
+            .unwrap();
+        assert_eq!(out["stdout"], "ran\n");
+        let seen = with_call_env(env, async { bash.sandbox() }).await;
+        assert_eq!(seen.policy, SandboxPolicy::Unconfined);
+        assert_eq!(bash.sandbox().policy, SandboxPolicy::Workspace);
     }
 }
