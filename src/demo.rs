@@ -248,7 +248,10 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         .hook(ShowResults)
         .observer(audit.clone())
         .permissions(PermissionConfig {
-            global: RuleSet::new().deny("bash(rm -rf *)")?,
+            global: RuleSet::new()
+                .deny("Bash(rm -rf *)")?
+                .deny("Read(**/.env)")?
+                .deny("Read(~/.ssh/**)")?,
             default_mode: PermissionMode::AcceptEdits,
             ..Default::default()
         })
@@ -256,6 +259,12 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         .build()
         .await?;
     audit_log.install(agent.bus()).await?;
+    let sandbox = hookbus::sandbox::Sandbox {
+        policy: SandboxPolicy::default(),
+        deny_read: agent.permissions().read_denies("demo", &workspace).await?,
+        kernel: hookbus::sandbox::KernelSupport::Detect,
+    };
+    say!("{}", sandbox.describe(&workspace));
     let session = agent
         .open_session(
             SessionOptions::new(&workspace)
