@@ -8,6 +8,8 @@
 //! * [`Script::covered_by`] is the reading of allow rules: every simple command is covered by
 //!   one of the patterns, and nothing else can run.
 
+mod glob;
+
 /// A rule's command pattern (`git push *`, the legacy `npm run:*`), compiled once.
 #[derive(Clone, Debug)]
 pub(crate) struct CommandPattern {
@@ -42,7 +44,8 @@ impl CommandPattern {
             re.push_str(&regex::escape(part));
         }
         re.push('$');
-        let regex = regex::Regex::new(&re).unwrap_or_else(|_| regex::Regex::new("^$").expect("trivial"));
+        let regex =
+            regex::Regex::new(&re).unwrap_or_else(|_| regex::Regex::new("^$").expect("trivial"));
         Self {
             kind: Kind::Glob { regex, bare },
         }
