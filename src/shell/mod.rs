@@ -9,6 +9,7 @@
 //!   one of the patterns, and nothing else can run.
 
 mod glob;
+mod words;
 
 /// A rule's command pattern (`git push *`, the legacy `npm run:*`), compiled once.
 #[derive(Clone, Debug)]
