@@ -8,6 +8,7 @@
 //! * [`Script::covered_by`] is the reading of allow rules: every simple command is covered by
 //!   one of the patterns, and nothing else can run.
 
+mod assignments;
 mod glob;
 mod words;
 
