@@ -11,6 +11,7 @@
 mod assignments;
 mod glob;
 mod words;
+mod wrappers;
 
 /// A rule's command pattern (`git push *`, the legacy `npm run:*`), compiled once.
 #[derive(Clone, Debug)]
