@@ -9,7 +9,9 @@
 //!   one of the patterns, and nothing else can run.
 
 mod assignments;
+mod fallback;
 mod glob;
+mod parse;
 mod words;
 mod wrappers;
 
