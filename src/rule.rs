@@ -228,54 +228,6 @@ fn primary_argument(input: &Value) -> Option<Primary<'_>> {
         .map(Primary::Text)
 }
 
-/// Splits a shell command on `&&`, `||`, `;` and `|`, dropping leading `VAR=value` words.
-pub(crate) fn split_compound(cmd: &str) -> Vec<String> {
-    let mut parts = Vec::new();
-    let mut current = String::new();
-    let mut chars = cmd.chars().peekable();
-    let (mut single, mut double) = (false, false);
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' if !double => single = !single,
-            '"' if !single => double = !double,
-            '&' | '|' | ';' if !single && !double => {
-                if (c == '&' || c == '|') && chars.peek() == Some(&c) {
-                    chars.next();
-                } else if c == '&' {
-                    current.push(c);
-                    continue;
-                }
-                parts.push(std::mem::take(&mut current));
-                continue;
-            }
-            _ => {}
-        }
-        current.push(c);
-    }
-    parts.push(current);
-    parts
-        .into_iter()
-        .map(|p| strip_assignments(p.trim()).to_owned())
-        .filter(|p| !p.is_empty())
-        .collect()
-}
-
-fn strip_assignments(mut part: &str) -> &str {
-    loop {
-        let word_end = part.find(char::is_whitespace).unwrap_or(part.len());
-        let word = &part[..word_end];
-        let is_assignment = word.split_once('=').is_some_and(|(name, _)| {
-            !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-        });
-        if !is_assignment || word_end == part.len() {
-            return part;
-        }
-        part = part[word_end..].trim_start();
-    }
-}
-
 /// Resolves `.` and `..` without touching the file system.
 pub(crate) fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -380,14 +332,5 @@ mod tests {
         assert!(deep.matches("Read", &json!({"path": ".env"}), Some(cwd)));
         let abs = Rule::parse("Write(/etc/**)").unwrap();
         assert!(abs.matches("Write", &json!({"path": "/etc/passwd"}), Some(cwd)));
-    }
-
-    #[test]
-    fn split_handles_quotes_and_assignments() {
-        assert_eq!(
-            split_compound("A=1 B=2 ls -l | grep 'a|b' && echo \"x;y\""),
-            vec!["ls -l", "grep 'a|b'", "echo \"x;y\""]
-        );
-        assert_eq!(split_compound("sleep 1 &"), vec!["sleep 1 &"]);
     }
 }
