@@ -552,54 +552,6 @@ impl std::str::FromStr for Rule {
     }
 }
 
-/// Splits a shell command on `&&`, `||`, `;` and `|`, dropping leading `VAR=value` words.
-pub(crate) fn split_compound(cmd: &str) -> Vec<String> {
-    let mut parts = Vec::new();
-    let mut current = String::new();
-    let mut chars = cmd.chars().peekable();
-    let (mut single, mut double) = (false, false);
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' if !double => single = !single,
-            '"' if !single => double = !double,
-            '&' | '|' | ';' if !single && !double => {
-                if (c == '&' || c == '|') && chars.peek() == Some(&c) {
-                    chars.next();
-                } else if c == '&' {
-                    current.push(c);
-                    continue;
-                }
-                parts.push(std::mem::take(&mut current));
-                continue;
-            }
-            _ => {}
-        }
-        current.push(c);
-    }
-    parts.push(current);
-    parts
-        .into_iter()
-        .map(|p| strip_assignments(p.trim()).to_owned())
-        .filter(|p| !p.is_empty())
-        .collect()
-}
-
-fn strip_assignments(mut part: &str) -> &str {
-    loop {
-        let word_end = part.find(char::is_whitespace).unwrap_or(part.len());
-        let word = &part[..word_end];
-        let is_assignment = word.split_once('=').is_some_and(|(name, _)| {
-            !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-        });
-        if !is_assignment || word_end == part.len() {
-            return part;
-        }
-        part = part[word_end..].trim_start();
-    }
-}
-
 /// Compiles a path glob into an anchored regex: `*` stays within a name, `**` crosses `/`,
 /// `**/` may be empty, and a trailing `/**` also matches the directory itself.
 fn path_regex(pattern: &str) -> Regex {
