@@ -448,3 +448,71 @@ async fn settings_files_give_rules_relative_to_themselves_and_name_what_is_wrong
         .to_string();
     assert!(text.contains("permissions.defaultMode"), "{text}");
 }
+
+/// The session's `Read` deny rules reach the `bash` sandbox; a session may opt out explicitly.
+#[tokio::test]
+async fn read_deny_rules_are_enforced_on_the_bash_tool_by_the_sandbox() {
+    if hookbus::sandbox::landlock_abi().is_none() {
+        assert!(
+            std::env::var("HOOKBUS_REQUIRE_EXTERNAL").as_deref() != Ok("1"),
+            "HOOKBUS_REQUIRE_EXTERNAL=1 but the kernel does not offer Landlock"
+        );
+        eprintln!("skipped: the kernel does not offer Landlock");
+        return;
+    }
+    let ws = workspace();
+    let script = || {
+        ScriptedProvider::new()
+            .turn(
+                ScriptTurn::text("reading")
+                    .call_with_id("a", "bash", json!({"command": "cat .env"}))
+                    .call_with_id("b", "bash", json!({"command": "cat ok.txt"})),
+            )
+            .turn(ScriptTurn::text("done"))
+    };
+    let agent = Agent::builder()
+        .provider(script())
+        .permissions(PermissionConfig {
+            global: RuleSet::new().deny("Read(./.env)").unwrap(),
+            default_mode: PermissionMode::BypassPermissions,
+            ..Default::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    let confined = agent
+        .open_session(SessionOptions::new(&ws.root).id("confined"))
+        .await
+        .unwrap();
+    let r = confined.run_turn("go").await.unwrap();
+    assert!(!r.calls[0].content.contains("hunter2"), "{}", r.calls[0].content);
+    assert!(r.calls[0].is_error, "{}", r.calls[0].content);
+    assert!(r.calls[0].content.contains("Permission denied"), "{}", r.calls[0].content);
+    assert!(r.calls[1].content.contains("fine"), "{}", r.calls[1].content);
+    confined.close().await.unwrap();
+    agent.shutdown(std::time::Duration::from_secs(5)).await;
+
+    // The explicit opt-out: nothing confines the command.
+    let agent = Agent::builder()
+        .provider(script())
+        .permissions(PermissionConfig {
+            global: RuleSet::new().deny("Read(./.env)").unwrap(),
+            default_mode: PermissionMode::BypassPermissions,
+            ..Default::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    let open = agent
+        .open_session(
+            SessionOptions::new(&ws.root)
+                .id("open")
+                .sandbox(SandboxPolicy::Unconfined),
+        )
+        .await
+        .unwrap();
+    let r = open.run_turn("go").await.unwrap();
+    assert!(r.calls[0].content.contains("hunter2"), "{}", r.calls[0].content);
+    open.close().await.unwrap();
+    agent.shutdown(std::time::Duration::from_secs(5)).await;
+}
