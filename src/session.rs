@@ -13,7 +13,7 @@ use crate::bus::Bus;
 use crate::dispatch::Dispatcher;
 use crate::error::Error;
 use crate::event::{Event, SessionFields};
-use crate::event_log::{EventLog, EventStream};
+use crate::event_log::{EventLog, EventStream, HistoryStats, LogBounds};
 use crate::hook::Hook;
 use crate::mailbox::Mailbox;
 use crate::outcome::Outcome;
@@ -33,6 +33,12 @@ pub struct SessionConfig {
     /// How many envelopes [`Session::events`] replays to a reader that subscribes late
     /// (default 0: readers see events from the moment they subscribe).
     pub history: usize,
+    /// The most bytes (as JSON) the kept history may take; older envelopes are dropped and
+    /// counted (default 0: no byte cap).
+    pub history_bytes: usize,
+    /// How many envelopes a reader of [`Session::events`] may fall behind by before it skips
+    /// (and counts) what it missed (default 0: [`DEFAULT_STREAM_BUFFER`](crate::DEFAULT_STREAM_BUFFER)).
+    pub stream_buffer: usize,
 }
 
 impl SessionConfig {
@@ -65,6 +71,16 @@ impl SessionConfig {
         self.history = n;
         self
     }
+    /// Keep at most `bytes` of history (as JSON).
+    pub fn history_bytes(mut self, bytes: usize) -> Self {
+        self.history_bytes = bytes;
+        self
+    }
+    /// Let readers fall at most `n` envelopes behind.
+    pub fn stream_buffer(mut self, n: usize) -> Self {
+        self.stream_buffer = n;
+        self
+    }
 }
 
 /// State a session shares between its actor, its handles and the registry.
@@ -84,12 +100,18 @@ pub(crate) struct SessionShared {
     pub mailbox: Mutex<Option<mpsc::WeakSender<SessionMsg>>>,
     /// The live event stream; created at open when history is kept, else on first subscription.
     pub log: OnceLock<EventLog>,
+    log_bounds: LogBounds,
     /// Set when the session starts closing: it takes no more hooks or subscriptions (HK-5).
     pub closing: std::sync::atomic::AtomicBool,
 }
 
 impl SessionShared {
     pub fn new(id: String, config: &SessionConfig) -> Self {
+        let bounds = LogBounds {
+            history: config.history,
+            history_bytes: config.history_bytes,
+            buffer: config.stream_buffer,
+        };
         Self {
             id,
             parent: config.parent.clone(),
@@ -101,15 +123,23 @@ impl SessionShared {
             mailbox: Mutex::new(None),
             log: match config.history {
                 0 => OnceLock::new(),
-                n => OnceLock::from(EventLog::with_history(n)),
+                _ => OnceLock::from(EventLog::new(bounds)),
             },
+            log_bounds: bounds,
             closing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// A stream of this session's envelopes (see [`EventLog`]).
     pub fn events(&self) -> EventStream {
-        self.log.get_or_init(EventLog::default).subscribe()
+        self.log
+            .get_or_init(|| EventLog::new(self.log_bounds))
+            .subscribe()
+    }
+
+    /// What the kept history holds and has dropped.
+    pub fn history_stats(&self) -> HistoryStats {
+        self.log.get().map(EventLog::stats).unwrap_or_default()
     }
 
     /// The current turn's token and epoch.
@@ -263,9 +293,15 @@ impl Session {
 
     /// A live stream of this session's envelopes, in sequence order, ending after `SessionEnd`.
     /// It starts with the kept history ([`SessionConfig::history`]), then follows live; a reader
-    /// that does not keep up only grows its own queue, it never slows the session.
+    /// that does not keep up never slows the session: past [`SessionConfig::stream_buffer`] it
+    /// skips what it missed, counted by [`EventStream::lagged`].
     pub fn events(&self) -> EventStream {
         self.shared.events()
+    }
+
+    /// What the kept history holds and has dropped to stay within its caps.
+    pub fn history_stats(&self) -> HistoryStats {
+        self.shared.history_stats()
     }
 
     /// Cancels the current turn: hook calls in flight see their cancellation token fire.

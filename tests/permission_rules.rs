@@ -485,10 +485,22 @@ async fn read_deny_rules_are_enforced_on_the_bash_tool_by_the_sandbox() {
         .await
         .unwrap();
     let r = confined.run_turn("go").await.unwrap();
-    assert!(!r.calls[0].content.contains("hunter2"), "{}", r.calls[0].content);
+    assert!(
+        !r.calls[0].content.contains("hunter2"),
+        "{}",
+        r.calls[0].content
+    );
     assert!(r.calls[0].is_error, "{}", r.calls[0].content);
-    assert!(r.calls[0].content.contains("Permission denied"), "{}", r.calls[0].content);
-    assert!(r.calls[1].content.contains("fine"), "{}", r.calls[1].content);
+    assert!(
+        r.calls[0].content.contains("Permission denied"),
+        "{}",
+        r.calls[0].content
+    );
+    assert!(
+        r.calls[1].content.contains("fine"),
+        "{}",
+        r.calls[1].content
+    );
     confined.close().await.unwrap();
     agent.shutdown(std::time::Duration::from_secs(5)).await;
 
@@ -512,7 +524,11 @@ async fn read_deny_rules_are_enforced_on_the_bash_tool_by_the_sandbox() {
         .await
         .unwrap();
     let r = open.run_turn("go").await.unwrap();
-    assert!(r.calls[0].content.contains("hunter2"), "{}", r.calls[0].content);
+    assert!(
+        r.calls[0].content.contains("hunter2"),
+        "{}",
+        r.calls[0].content
+    );
     open.close().await.unwrap();
     agent.shutdown(std::time::Duration::from_secs(5)).await;
 }

@@ -21,7 +21,7 @@ use crate::approver::{Approver, NoApprover};
 use crate::bus::{Bus, ShutdownReport};
 use crate::error::Error;
 use crate::event::SessionFields;
-use crate::event_log::EventStream;
+use crate::event_log::{EventStream, HistoryStats};
 use crate::hook::Hook;
 use crate::observer::Observer;
 use crate::permission::{PermissionConfig, PermissionHandle, PermissionMode, PermissionService};
@@ -49,6 +49,12 @@ pub struct Limits {
     pub keep_recent: usize,
     /// Envelopes a session keeps for late readers of [`AgentSession::events`] (default 10,000).
     pub event_history: usize,
+    /// The most bytes (as JSON) that kept history may take (default 8 MiB); older envelopes are
+    /// dropped and counted ([`AgentSession::history_stats`]).
+    pub event_history_bytes: usize,
+    /// Envelopes a reader of [`AgentSession::events`] may fall behind by before it skips what it
+    /// missed (default [`DEFAULT_STREAM_BUFFER`](crate::DEFAULT_STREAM_BUFFER)).
+    pub event_stream_buffer: usize,
     /// How deep subagents may nest (default 1: a subagent has no `task` tool).
     pub subagent_depth: u32,
 }
@@ -61,6 +67,8 @@ impl Default for Limits {
             token_limit: 100_000,
             keep_recent: 4,
             event_history: 10_000,
+            event_history_bytes: 8 << 20,
+            event_stream_buffer: crate::event_log::DEFAULT_STREAM_BUFFER,
             subagent_depth: 1,
         }
     }
@@ -432,6 +440,8 @@ pub(crate) async fn open(
             ..SessionFields::default()
         },
         history: inner.limits.event_history,
+        history_bytes: inner.limits.event_history_bytes,
+        stream_buffer: inner.limits.event_stream_buffer,
     };
     if config.id.is_none() {
         config.id = lineage.agent_id.clone();
@@ -594,6 +604,12 @@ impl AgentSession {
     /// last [`Limits::event_history`] of them) to `SessionEnd`.
     pub fn events(&self) -> EventStream {
         self.shared.session.events()
+    }
+
+    /// What the session's kept history holds and has dropped to stay within
+    /// [`Limits::event_history`] and [`Limits::event_history_bytes`].
+    pub fn history_stats(&self) -> HistoryStats {
+        self.shared.session.history_stats()
     }
 
     /// Ends the session after the turns already submitted: `SessionEnd` with reason `other`.
