@@ -14,7 +14,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
-use crate::hook::{call_hook, CallHook, Hook, HookCx};
+use crate::hook::{call_hook, CallHook, Hook, HookCx, CANCEL_GRACE};
 use crate::mailbox::{Answer, Delivery, Failure};
 
 /// One hook call with its panics caught. `Unpin` and allocation-free beyond the hook's own
@@ -73,10 +73,19 @@ async fn serve_delivery(hook: Arc<dyn Hook>, delivery: Delivery) {
             if slot.is_closed() {
                 return;
             }
+            // The call's own token: firing it when the dispatcher stops waiting stops this
+            // call alone, not the other hooks of the dispatch.
+            let cx = cx.with_own_token();
+            let call = serve(hook.as_ref(), &cx);
+            tokio::pin!(call);
             tokio::select! {
                 biased;
-                _ = slot.closed() => {}
-                answer = serve(hook.as_ref(), &cx) => {
+                _ = slot.closed() => {
+                    // The token fires first; the call gets a short grace to see it.
+                    cx.cancellation().cancel();
+                    let _ = tokio::time::timeout(CANCEL_GRACE, call).await;
+                }
+                answer = &mut call => {
                     slot.answer(answer);
                 }
             }

@@ -7,7 +7,7 @@
 //! filters (no message to a hook that does not match), enqueues the event for observers, runs the
 //! hooks in parallel (or as `after` chains / sequentially), and folds the answers in fold order.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,11 +53,11 @@ pub(crate) struct Dispatcher {
     /// registered timer later costs no new registration (and no wake-up of the time driver),
     /// where a fresh timer per hook call would cost both.
     timer: Option<Pin<Box<Sleep>>>,
-    /// The token hook calls get: a child of the turn's, reused from dispatch to dispatch until
-    /// the turn changes or it fired (a hook timed out), so a dispatch usually creates none.
+    /// The parent of the tokens hook calls get: a child of the turn's, reused from dispatch to
+    /// dispatch until the turn changes, so a dispatch usually creates none. Nothing but the
+    /// turn's cancellation fires it: each actor hook call gets a child token of its own, which
+    /// its actor fires when the dispatcher stops waiting for it.
     hook_token: Option<(u64, Arc<CancellationToken>)>,
-    /// Set when `hook_token` fired.
-    hook_token_spent: AtomicBool,
 }
 
 impl Drop for Dispatcher {
@@ -78,7 +78,6 @@ impl Dispatcher {
             closed: false,
             timer: None,
             hook_token: None,
-            hook_token_spent: AtomicBool::new(false),
         }
     }
 
@@ -125,11 +124,8 @@ impl Dispatcher {
         self.count(&env);
         let (cancel, epoch) = self.shared.turn();
         let token = match self.hook_token.take() {
-            Some((e, t)) if e == epoch && !*self.hook_token_spent.get_mut() => t,
-            _ => {
-                *self.hook_token_spent.get_mut() = false;
-                Arc::new(cancel.child_token())
-            }
+            Some((e, t)) if e == epoch => t,
+            _ => Arc::new(cancel.child_token()),
         };
         self.hook_token = Some((epoch, token.clone()));
         let mut timer = self
@@ -293,8 +289,9 @@ impl Dispatcher {
     /// their delivery at once and awaited on their reply slots, inline hooks are polled here.
     /// One timer serves every deadline; a hook past its deadline is dropped (its reply slot
     /// closes, so its actor drops the call) and recorded as timed out; a cancelled turn ends
-    /// the wait for every hook still running. The hooks share one cancellation token, a child of
-    /// the turn's, which fires when a hook timed out or the turn was cancelled.
+    /// the wait for every hook still running. Each actor hook call's token is its own, a child
+    /// of the turn's: it fires when that call timed out (its actor fires it, then gives the call
+    /// [`CANCEL_GRACE`](crate::CANCEL_GRACE)) or when the turn was cancelled.
     async fn run_parallel(
         &self,
         snapshot: &Snapshot,
@@ -351,7 +348,6 @@ impl Dispatcher {
             let turn_cancelled = cancel.cancelled();
             tokio::pin!(turn_cancelled);
             let mut armed = false;
-            let mut interrupted = false;
             std::future::poll_fn(|cx| {
                 // One clock read per pass, for every hook that finished in it.
                 let mut now: Option<Duration> = None;
@@ -373,7 +369,6 @@ impl Dispatcher {
                         turn_cancelled.as_mut().poll(cx).is_ready()
                     });
                 if cancelled {
-                    interrupted = true;
                     for (k, flight) in flights.iter_mut().enumerate() {
                         if !matches!(flight, InFlight::Done) {
                             *flight = InFlight::Done;
@@ -410,15 +405,10 @@ impl Dispatcher {
                 Poll::Pending
             })
             .await;
+            // A cancelled turn fired every hook's token already (they are its children); a
+            // timed-out actor hook's own token is fired by its actor when its reply slot
+            // closes here. The shared token stays: other dispatches' work keeps running.
             drop(flights);
-            if interrupted
-                || runs
-                    .iter()
-                    .flatten()
-                    .any(|r| r.status == RunStatus::TimedOut)
-            {
-                token.cancel();
-            }
         }
         runs.into_iter()
             .map(|r| {

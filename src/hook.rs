@@ -168,11 +168,27 @@ impl HookCx {
     pub fn scratchpad(&self) -> &Scratchpad {
         &self.scratchpad
     }
-    /// Fires when this call timed out or was cancelled; long work should select on it.
+    /// Fires when this call timed out or was cancelled; long work should select on it. It fires
+    /// before the call is dropped: an actor hook's future is polled for
+    /// [`CANCEL_GRACE`](crate::CANCEL_GRACE) more, so a `select!` on the token sees it.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
     }
+
+    /// The same context with a token of its own, a child of this one: cancelling it stops this
+    /// call alone.
+    pub(crate) fn with_own_token(&self) -> HookCx {
+        HookCx {
+            envelope: self.envelope.clone(),
+            scratchpad: self.scratchpad.clone(),
+            cancel: Arc::new(self.cancel.child_token()),
+        }
+    }
 }
+
+/// How long a hook call or a tool call is still polled after its cancellation token fired
+/// (timeout, cancelled turn) before its future is dropped: time to see the token and clean up.
+pub const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 macro_rules! default_ok {
     () => {

@@ -135,7 +135,7 @@ pub use error::{Error, HookError};
 pub use event::*;
 pub use event_log::{EventStream, HistoryStats, DEFAULT_STREAM_BUFFER};
 pub use filter::{ArgPattern, NamePattern, ToolFilter};
-pub use hook::{CircuitBreaker, FailurePolicy, Hook, HookCx, HookOptions};
+pub use hook::{CircuitBreaker, FailurePolicy, Hook, HookCx, HookOptions, CANCEL_GRACE};
 pub use mailbox::{Delivery, Mailbox, ReplySlot};
 pub use metrics::{LatencyStats, MetricsReport, MetricsSnapshot};
 pub use observer::{Observer, ObserverOptions, DEFAULT_ENQUEUE_WAIT, DEFAULT_OBSERVER_MAILBOX};

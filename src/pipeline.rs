@@ -32,6 +32,7 @@ use crate::actor::panic_message;
 use crate::approver::{Approval, ApprovalRequest, Approver};
 use crate::error::Error;
 use crate::event::*;
+use crate::hook::CANCEL_GRACE;
 use crate::outcome::{Decision, Outcome};
 use crate::permission::{
     HookOpinion, PermissionHandle, PermissionQuery, RuleSet, ToolKind, Verdict,
@@ -633,18 +634,24 @@ impl CallCx<'_> {
         };
         let limit = tool.timeout();
         let fut = AssertUnwindSafe(with_call_env(env, tool.execute(input, cx))).catch_unwind();
-        let result = tokio::select! {
+        tokio::pin!(fut);
+        let stopped = tokio::select! {
             biased;
-            _ = p.cancel.cancelled() => Err((FailureKind::Interrupted, "interrupted: the turn was cancelled".to_owned())),
-            r = tokio::time::timeout(limit, fut) => match r {
-                Err(_) => Err((FailureKind::Timeout, format!("tool timed out after {} ms", limit.as_millis()))),
-                Ok(Err(panic)) => Err((FailureKind::Panic, format!("tool panicked: {}", panic_message(panic.as_ref())))),
-                Ok(Ok(Err(e))) => Err((FailureKind::Error, e.to_string())),
-                Ok(Ok(Ok(v))) => Ok(v),
-            },
+            _ = p.cancel.cancelled() => (FailureKind::Interrupted, "interrupted: the turn was cancelled".to_owned()),
+            _ = tokio::time::sleep(limit) => (FailureKind::Timeout, format!("tool timed out after {} ms", limit.as_millis())),
+            r = &mut fut => {
+                token.cancel();
+                return match r {
+                    Err(panic) => Err((FailureKind::Panic, format!("tool panicked: {}", panic_message(panic.as_ref())))),
+                    Ok(Err(e)) => Err((FailureKind::Error, e.to_string())),
+                    Ok(Ok(v)) => Ok(v),
+                };
+            }
         };
+        // The tool's token fires first; its future gets a short grace to see it and clean up.
         token.cancel();
-        result
+        let _ = tokio::time::timeout(CANCEL_GRACE, fut).await;
+        Err(stopped)
     }
 
     fn result(

@@ -361,3 +361,152 @@ async fn close_does_not_wait_the_grace_on_a_mailbox_nobody_reads() {
     assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     bus.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A hook that waits on its token (or a minute) and records whether the token fired.
+#[derive(Clone)]
+struct WaitsOnToken {
+    name: &'static str,
+    timeout: Duration,
+    saw: Arc<AtomicUsize>,
+    token: Arc<Mutex<Option<CancellationToken>>>,
+}
+
+#[async_trait]
+impl Hook for WaitsOnToken {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn options(&self) -> HookOptions {
+        HookOptions::new()
+            .events([EventKind::PreToolUse])
+            .timeout(self.timeout)
+    }
+    async fn pre_tool_use(&self, cx: &HookCx, _: &PreToolUse) -> HookResult<PreToolUseAction> {
+        *self.token.lock() = Some(cx.cancellation().clone());
+        tokio::select! {
+            _ = cx.cancellation().cancelled() => {
+                self.saw.fetch_add(1, Ordering::SeqCst);
+            }
+            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+        Ok(PreToolUseAction::proceed().into())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_hook_sees_its_own_token_fire_and_no_other_hook_does() {
+    let bus = Bus::new();
+    let slow = WaitsOnToken {
+        name: "slow",
+        timeout: Duration::from_secs(1),
+        saw: Arc::default(),
+        token: Arc::default(),
+    };
+    // A second hook of the same dispatch (a session hook), still running when the first times
+    // out.
+    let quick = WaitsOnToken {
+        name: "quick",
+        timeout: Duration::from_secs(120),
+        saw: Arc::default(),
+        token: Arc::default(),
+    };
+    bus.register(slow.clone()).await.unwrap();
+    let session = bus
+        .open_session(SessionConfig::new().id("t"))
+        .await
+        .unwrap();
+    session.register(quick.clone()).await.unwrap();
+    let dispatching = tokio::spawn({
+        let session = session.clone();
+        async move {
+            session
+                .dispatch(Event::PreToolUse(PreToolUse {
+                    tool_name: "x".into(),
+                    tool_input: json!({}),
+                    tool_use_id: "1".into(),
+                }))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The slow hook timed out: its token fired and its select! saw it within the grace.
+    assert_eq!(
+        slow.saw.load(Ordering::SeqCst),
+        1,
+        "the timed-out hook saw its token"
+    );
+    let quick_token = quick.token.lock().clone().expect("quick ran");
+    assert!(
+        !quick_token.is_cancelled(),
+        "another hook's token is untouched"
+    );
+    session.cancel_turn();
+    let outcome = dispatching.await.unwrap().unwrap();
+    assert!(outcome
+        .runs
+        .iter()
+        .any(|r| &*r.hook == "slow" && r.status == RunStatus::TimedOut));
+    assert!(
+        quick_token.is_cancelled(),
+        "the turn's cancellation reaches every hook"
+    );
+    session.close("done").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A tool that waits on its token past its timeout and records that it saw it.
+#[derive(Clone, Default)]
+struct Stubborn(Arc<AtomicUsize>);
+
+#[async_trait]
+impl Tool for Stubborn {
+    fn name(&self) -> &str {
+        "stubborn"
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::ReadOnly
+    }
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    async fn execute(&self, _: Value, cx: ToolCx) -> Result<Value, ToolError> {
+        cx.cancel.cancelled().await;
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Err(ToolError::new("stopped"))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_tool_sees_its_token_fire_before_it_is_dropped() {
+    let ws = tempfile::tempdir().unwrap();
+    let tool = Stubborn::default();
+    let agent = Agent::builder()
+        .provider(
+            ScriptedProvider::new()
+                .turn(ScriptTurn::text("go").call_with_id("s1", "stubborn", json!({})))
+                .turn(ScriptTurn::text("done")),
+        )
+        .clear_tools()
+        .tool(tool.clone())
+        .build()
+        .await
+        .unwrap();
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()).id("t"))
+        .await
+        .unwrap();
+    let result = session.run_turn("go").await.unwrap();
+    assert_eq!(
+        result.calls[0].status,
+        CallStatus::Failed {
+            kind: FailureKind::Timeout
+        }
+    );
+    assert_eq!(
+        tool.0.load(Ordering::SeqCst),
+        1,
+        "the tool saw its token fire"
+    );
+    session.close().await.unwrap();
+    agent.shutdown(Duration::from_secs(5)).await;
+}
