@@ -197,6 +197,13 @@ impl Dispatcher {
                     .metrics
                     .hook_skipped
                     .fetch_add(1, Ordering::Relaxed);
+                // FL-6: skipped hooks are logged, not only counted.
+                tracing::warn!(
+                    hook = %entry.name,
+                    event = %env.kind(),
+                    session = %env.session_id,
+                    "hook skipped: the SessionEnd grace period is over"
+                );
                 Run {
                     status: RunStatus::SkippedGraceExpired,
                     reply: None,

@@ -162,34 +162,44 @@ impl ObserverEntry {
 
     /// Enqueues without waiting when there is room; otherwise waits at most the enqueue limit.
     pub async fn enqueue(&self, delivery: Delivery, metrics: &RuntimeMetrics) {
+        let env = delivery.cx.envelope().clone();
+        let count_drop = |why: &str| self.count_drop(metrics, &env, why);
         let msg = match self.tx.try_send(ObserverMsg::Event(delivery)) {
             Ok(()) => {
                 self.congested.store(false, Ordering::Relaxed);
                 return;
             }
             Err(TrySendError::Closed(_)) => {
-                self.count_drop(metrics, "mailbox closed");
+                count_drop("mailbox closed");
                 return;
             }
             Err(TrySendError::Full(msg)) => msg,
         };
         if self.congested.load(Ordering::Relaxed) {
-            self.count_drop(metrics, "mailbox full (congested)");
+            count_drop("mailbox full (congested)");
             return;
         }
         match self.tx.send_timeout(msg, self.options.enqueue_wait).await {
             Ok(()) => {}
             Err(_) => {
                 self.congested.store(true, Ordering::Relaxed);
-                self.count_drop(metrics, "enqueue limit reached");
+                count_drop("enqueue limit reached");
             }
         }
     }
 
-    fn count_drop(&self, metrics: &RuntimeMetrics, why: &str) {
+    /// FL-6: counted, and logged with the observer, the event and the session.
+    fn count_drop(&self, metrics: &RuntimeMetrics, env: &Envelope, why: &str) {
         self.dropped.fetch_add(1, Ordering::Relaxed);
         metrics.observer_dropped.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(observer = %self.name, why, "observer event dropped");
+        tracing::warn!(
+            observer = %self.name,
+            event = %env.kind(),
+            session = %env.session_id,
+            seq = env.seq,
+            why,
+            "observer event dropped"
+        );
     }
 }
 
