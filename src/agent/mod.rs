@@ -21,7 +21,7 @@ use crate::approver::{Approver, NoApprover};
 use crate::bus::{Bus, ShutdownReport};
 use crate::error::Error;
 use crate::event::SessionFields;
-use crate::event_log::{EventStream, HistoryStats};
+use crate::event_log::{EventStream, HistoryStats, HookRunStream};
 use crate::hook::Hook;
 use crate::observer::Observer;
 use crate::permission::{PermissionConfig, PermissionHandle, PermissionMode, PermissionService};
@@ -604,6 +604,12 @@ impl AgentSession {
     /// last [`Limits::event_history`] of them) to `SessionEnd`.
     pub fn events(&self) -> EventStream {
         self.shared.session.events()
+    }
+
+    /// What the hooks did with each of the session's events, as each dispatch finishes (see
+    /// [`Session::hook_runs`](crate::Session::hook_runs)).
+    pub fn hook_runs(&self) -> HookRunStream {
+        self.shared.session.hook_runs()
     }
 
     /// What the session's kept history holds and has dropped to stay within
