@@ -22,6 +22,7 @@
 //! runtime within the shutdown deadline.
 
 use clap::Parser;
+use hookbus::builtins::TimingHook;
 use hookbus::service::{serve, ServeArgs, Service, TokenSource};
 use hookbus::Agent;
 
@@ -42,7 +43,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let cli = Cli::parse();
     let (config, token) = cli.serve.config()?;
-    let service = Service::new(config, Agent::builder()).await?;
+    // A timing hook, so that the console's waterfall has something to show.
+    let agent = Agent::builder().hook(TimingHook::new());
+    let service = Service::new(config, agent).await?;
     for warning in service.agent().warnings() {
         eprintln!("warning: {warning}");
     }

@@ -160,8 +160,14 @@ struct Inner {
 }
 
 impl Drop for Inner {
+    /// A service dropped without [`Service::finish`] still removes the workspaces of its open
+    /// sessions (unless kept), and a temporary root with them unless something was kept in it.
     fn drop(&mut self) {
-        // A temporary root goes with the service, unless workspaces were kept in it.
+        for slot in self.sessions.all() {
+            if !slot.keep_workspace {
+                let _ = std::fs::remove_dir_all(&slot.workspace);
+            }
+        }
         if let WorkspaceRoot::Temporary(path) = &self.root {
             let _ = std::fs::remove_dir(path);
         }
