@@ -29,6 +29,7 @@ use crate::action::{Action, Reply};
 use crate::actor::Serving;
 use crate::bus::BusInner;
 use crate::event::{now_ms, Envelope, Event, EventKind, SessionEnd};
+use crate::event_log::HookRuns;
 use crate::hook::{Hook, HookCx};
 use crate::mailbox::{Answer, Delivery, Failure, ObserverMsg, ReplySlot};
 use crate::outcome::{blocks_chain, fold, reply_decision, Answered, Outcome, RunStatus};
@@ -143,7 +144,25 @@ impl Dispatcher {
             outcome
         };
         self.timer = Some(timer);
+        self.record_runs(&env, &outcome);
         outcome
+    }
+
+    /// Hands what the hooks did with this event to the session's log, when anyone keeps or
+    /// reads it.
+    fn record_runs(&self, env: &Envelope, outcome: &Outcome) {
+        if outcome.runs.is_empty() {
+            return;
+        }
+        if let Some(log) = self.shared.log.get().filter(|l| l.wants_runs()) {
+            log.push_runs(HookRuns {
+                session_id: env.session_id.clone(),
+                seq: env.seq,
+                kind: env.kind(),
+                decision: outcome.decision,
+                runs: outcome.runs.clone(),
+            });
+        }
     }
 
     /// Counts the event (and, with detailed metrics, the tool's latency from a Post event).
@@ -216,6 +235,7 @@ impl Dispatcher {
             runs.push(run);
         }
         let outcome = self.fold(&snapshot, &env, &matched, runs);
+        self.record_runs(&env, &outcome);
         self.bus.drop_session(&self.shared).await;
         if let Some(log) = self.shared.log.get() {
             log.close();

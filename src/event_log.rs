@@ -11,6 +11,11 @@
 //! * a session may keep its last `history` envelopes, within `history_bytes` (their JSON size),
 //!   so that a reader that subscribes late still starts at the beginning; older envelopes are
 //!   dropped and counted ([`HistoryStats`]).
+//!
+//! Beside the envelopes, the log keeps what the hooks did with each event once its dispatch
+//! finished ([`HookRuns`]: every hook's decision, status and latency), for UIs that draw a
+//! waterfall per event. Its readers ([`HookRunStream`]) are bounded the same way; its kept
+//! records never outlive the envelopes they belong to.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -24,7 +29,8 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::wrappers::BroadcastStream;
 
-use crate::event::Envelope;
+use crate::event::{Envelope, EventKind};
+use crate::outcome::{Decision, HookRun};
 
 /// Envelopes a session's readers may fall behind by before they skip (the default of
 /// [`SessionConfig::stream_buffer`](crate::SessionConfig::stream_buffer)).
@@ -52,6 +58,31 @@ pub struct HistoryStats {
     pub dropped: u64,
 }
 
+/// What the hooks did with one event: recorded when its dispatch finished, for every event that
+/// at least one hook matched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookRuns {
+    /// The session.
+    pub session_id: String,
+    /// The event's sequence number (its envelope's `seq`).
+    pub seq: u64,
+    /// The event's kind.
+    pub kind: EventKind,
+    /// The folded decision.
+    pub decision: Decision,
+    /// Every matched hook, in fold order.
+    pub runs: Vec<HookRun>,
+}
+
+/// The readers of hook-run records: created at the first subscription, so that a session
+/// nobody watches this way pays for no channel.
+#[derive(Debug)]
+enum RunsLive {
+    NotYet,
+    Open(broadcast::Sender<Arc<HookRuns>>),
+    Closed,
+}
+
 /// The envelopes of one session, fanned out to its readers.
 #[derive(Debug)]
 pub(crate) struct EventLog {
@@ -65,6 +96,10 @@ struct LogInner {
     stats: HistoryStats,
     /// `None` once the session ended: readers then end after what they hold.
     live: Option<broadcast::Sender<Arc<Envelope>>>,
+    /// Hook-run records kept for late readers: at most `history` of them, none older than the
+    /// oldest kept envelope.
+    runs_history: VecDeque<Arc<HookRuns>>,
+    runs_live: RunsLive,
 }
 
 impl Default for EventLog {
@@ -88,6 +123,8 @@ impl EventLog {
                 history: VecDeque::new(),
                 stats: HistoryStats::default(),
                 live: Some(live),
+                runs_history: VecDeque::new(),
+                runs_live: RunsLive::NotYet,
             }),
         }
     }
@@ -124,16 +161,67 @@ impl EventLog {
             stats.dropped += 1;
         }
         stats.kept = history.len();
+        inner.prune_runs();
+    }
+
+    /// Whether a hook-run record would be kept or read by anyone (the dispatcher skips building
+    /// one otherwise).
+    pub fn wants_runs(&self) -> bool {
+        let inner = self.inner.lock();
+        inner.bounds.history > 0 || matches!(inner.runs_live, RunsLive::Open(_))
+    }
+
+    /// Records what the hooks did with one event.
+    pub fn push_runs(&self, runs: HookRuns) {
+        let runs = Arc::new(runs);
+        let mut inner = self.inner.lock();
+        if inner.live.is_none() {
+            return;
+        }
+        if let RunsLive::Open(tx) = &inner.runs_live {
+            let _ = tx.send(runs.clone());
+        }
+        if inner.bounds.history > 0 {
+            inner.runs_history.push_back(runs);
+            inner.prune_runs();
+        }
     }
 
     /// Ends every stream after the envelopes already in it.
     pub fn close(&self) {
-        self.inner.lock().live = None;
+        let mut inner = self.inner.lock();
+        inner.live = None;
+        inner.runs_live = RunsLive::Closed;
     }
 
     /// What the history holds and has dropped.
     pub fn stats(&self) -> HistoryStats {
         self.inner.lock().stats
+    }
+
+    /// A stream of the kept hook-run records, then every later one, ending when the session
+    /// ends.
+    pub fn subscribe_runs(&self) -> HookRunStream {
+        let mut inner = self.inner.lock();
+        let history: Vec<Arc<HookRuns>> = inner.runs_history.iter().cloned().collect();
+        let buffer = match inner.bounds.buffer {
+            0 => DEFAULT_STREAM_BUFFER,
+            n => n,
+        };
+        let live = match &inner.runs_live {
+            RunsLive::Open(tx) => Some(tx.subscribe()),
+            RunsLive::Closed => None,
+            RunsLive::NotYet => {
+                let (tx, rx) = broadcast::channel(buffer);
+                inner.runs_live = RunsLive::Open(tx);
+                Some(rx)
+            }
+        };
+        HookRunStream {
+            history: history.into_iter(),
+            live: live.map(BroadcastStream::new),
+            lagged: 0,
+        }
     }
 
     /// A stream of the kept history, then every later envelope, ending when the session ends.
@@ -149,6 +237,21 @@ impl EventLog {
             history: history.into_iter(),
             live,
             lagged: 0,
+        }
+    }
+}
+
+impl LogInner {
+    /// Keeps the hook-run records within the history's count and no older than its oldest
+    /// envelope.
+    fn prune_runs(&mut self) {
+        let oldest = self.history.front().map_or(u64::MAX, |(e, _)| e.seq);
+        while self
+            .runs_history
+            .front()
+            .is_some_and(|r| r.seq < oldest || self.runs_history.len() > self.bounds.history)
+        {
+            self.runs_history.pop_front();
         }
     }
 }
@@ -205,6 +308,52 @@ impl Stream for EventStream {
             };
             match Pin::new(live).poll_next(cx) {
                 Poll::Ready(Some(Ok(env))) => return Poll::Ready(Some(env)),
+                Poll::Ready(Some(Err(BroadcastStreamRecvError::Lagged(n)))) => {
+                    self.lagged += n;
+                }
+                Poll::Ready(None) => {
+                    self.live = None;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// A live [`Stream`] of one session's [`HookRuns`] records, in the order their dispatches
+/// finished; it ends when the session ends. Bounded like [`EventStream`]: a reader that falls
+/// behind skips, counted by [`lagged`](HookRunStream::lagged).
+///
+/// Got from [`Session::hook_runs`](crate::Session::hook_runs) or
+/// [`AgentSession::hook_runs`](crate::AgentSession::hook_runs).
+#[derive(Debug)]
+pub struct HookRunStream {
+    history: std::vec::IntoIter<Arc<HookRuns>>,
+    live: Option<BroadcastStream<Arc<HookRuns>>>,
+    lagged: u64,
+}
+
+impl HookRunStream {
+    /// How many records this reader skipped because it fell too far behind.
+    pub fn lagged(&self) -> u64 {
+        self.lagged
+    }
+}
+
+impl Stream for HookRunStream {
+    type Item = Arc<HookRuns>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(runs) = self.history.next() {
+            return Poll::Ready(Some(runs));
+        }
+        loop {
+            let Some(live) = self.live.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(live).poll_next(cx) {
+                Poll::Ready(Some(Ok(runs))) => return Poll::Ready(Some(runs)),
                 Poll::Ready(Some(Err(BroadcastStreamRecvError::Lagged(n)))) => {
                     self.lagged += n;
                 }

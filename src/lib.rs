@@ -133,7 +133,7 @@ pub use bus::{
 };
 pub use error::{Error, HookError};
 pub use event::*;
-pub use event_log::{EventStream, HistoryStats, DEFAULT_STREAM_BUFFER};
+pub use event_log::{EventStream, HistoryStats, HookRunStream, HookRuns, DEFAULT_STREAM_BUFFER};
 pub use filter::{ArgPattern, NamePattern, ToolFilter};
 pub use hook::{CircuitBreaker, FailurePolicy, Hook, HookCx, HookOptions, CANCEL_GRACE};
 pub use mailbox::{Delivery, Mailbox, ReplySlot};

@@ -141,6 +141,10 @@ pub struct HookRun {
     pub status: RunStatus,
     /// Time from dispatch to answer.
     pub elapsed: Duration,
+    /// The decision this hook's answer gave on its own (before the fold; `Continue` for an
+    /// answer without one, an action that does not fit the event, or a fail-open failure).
+    #[serde(default)]
+    pub decision: Decision,
 }
 
 /// The folded result of dispatching one event.
@@ -295,6 +299,7 @@ pub(crate) fn fold<'a>(
             hook: a.hook.clone(),
             status: a.status.clone(),
             elapsed: a.elapsed,
+            decision: Decision::Continue,
         });
         if a.status.is_failure() {
             let what = format!("hook `{}` {}", a.hook, a.status.describe(a.timeout));
@@ -305,6 +310,7 @@ pub(crate) fn fold<'a>(
                 } else {
                     Decision::Block
                 };
+                set_run_decision(&mut out.runs, d);
                 decided.push((
                     d,
                     Attributed {
@@ -376,6 +382,7 @@ pub(crate) fn fold<'a>(
             _ => {}
         }
         let (d, reason) = reply_decision(kind, &reply.action);
+        set_run_decision(&mut out.runs, d);
         if matches!(kind, EventKind::PostToolUse | EventKind::PostToolUseFailure) {
             if let Some(r) = reason {
                 out.feedback.push(attributed(r));
@@ -405,6 +412,13 @@ pub(crate) fn fold<'a>(
         out.reasons = out.feedback.clone();
     }
     (out, stats)
+}
+
+/// Records the decision of the run just pushed.
+fn set_run_decision(runs: &mut [HookRun], decision: Decision) {
+    if let Some(run) = runs.last_mut() {
+        run.decision = decision;
+    }
 }
 
 fn action_name(action: &Action) -> &'static str {

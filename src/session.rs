@@ -13,7 +13,7 @@ use crate::bus::Bus;
 use crate::dispatch::Dispatcher;
 use crate::error::Error;
 use crate::event::{Event, SessionFields};
-use crate::event_log::{EventLog, EventStream, HistoryStats, LogBounds};
+use crate::event_log::{EventLog, EventStream, HistoryStats, HookRunStream, LogBounds};
 use crate::hook::Hook;
 use crate::mailbox::Mailbox;
 use crate::outcome::Outcome;
@@ -140,6 +140,13 @@ impl SessionShared {
     /// What the kept history holds and has dropped.
     pub fn history_stats(&self) -> HistoryStats {
         self.log.get().map(EventLog::stats).unwrap_or_default()
+    }
+
+    /// A stream of this session's hook-run records (see [`EventLog`]).
+    pub fn hook_runs(&self) -> HookRunStream {
+        self.log
+            .get_or_init(|| EventLog::new(self.log_bounds))
+            .subscribe_runs()
     }
 
     /// The current turn's token and epoch.
@@ -302,6 +309,13 @@ impl Session {
     /// What the kept history holds and has dropped to stay within its caps.
     pub fn history_stats(&self) -> HistoryStats {
         self.shared.history_stats()
+    }
+
+    /// A live stream of what the hooks did with each event ([`HookRuns`](crate::HookRuns):
+    /// every matched hook's decision, status and latency), recorded as each dispatch finishes;
+    /// kept and bounded like [`events`](Session::events), and ending with the session.
+    pub fn hook_runs(&self) -> HookRunStream {
+        self.shared.hook_runs()
     }
 
     /// Cancels the current turn: hook calls in flight see their cancellation token fire.

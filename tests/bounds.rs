@@ -83,3 +83,63 @@ async fn a_reader_that_falls_behind_skips_and_counts_what_it_missed() {
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
     bus.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn what_the_hooks_did_with_each_event_is_streamed_and_kept_like_the_events() {
+    #[derive(Clone)]
+    struct Gate;
+    #[async_trait]
+    impl Hook for Gate {
+        fn name(&self) -> &str {
+            "gate"
+        }
+        fn options(&self) -> HookOptions {
+            HookOptions::new().events([EventKind::PreToolUse])
+        }
+        async fn pre_tool_use(&self, _: &HookCx, ev: &PreToolUse) -> HookResult<PreToolUseAction> {
+            Ok(if ev.tool_name == "rm" {
+                PreToolUseAction::block("no")
+            } else {
+                PreToolUseAction::proceed()
+            }
+            .into())
+        }
+    }
+    let bus = Bus::new();
+    bus.register(Gate).await.unwrap();
+    let session = bus
+        .open_session(SessionConfig::new().id("runs").history(3))
+        .await
+        .unwrap();
+    let pre = |tool: &str| {
+        Event::PreToolUse(PreToolUse {
+            tool_name: tool.into(),
+            tool_input: serde_json::json!({}),
+            tool_use_id: tool.into(),
+        })
+    };
+    let mut live = session.hook_runs();
+    session.dispatch(note(0)).await.unwrap(); // no hook matches: no record
+    session.dispatch(pre("ls")).await.unwrap();
+    session.dispatch(pre("rm")).await.unwrap();
+    let first = live.next().await.unwrap();
+    assert_eq!((first.seq, first.kind), (2, EventKind::PreToolUse));
+    assert_eq!(first.runs[0].hook.as_ref(), "gate");
+    assert_eq!(first.runs[0].decision, Decision::Continue);
+    let second = live.next().await.unwrap();
+    assert_eq!(second.seq, 3);
+    assert_eq!(second.decision, Decision::Block);
+    assert_eq!(second.runs[0].decision, Decision::Block);
+    // A late reader gets the records of the kept envelopes only (history 3: seqs 3..=5).
+    for i in 0..2 {
+        session.dispatch(note(i)).await.unwrap();
+    }
+    let mut late = session.hook_runs();
+    session.close("done").await.unwrap();
+    let mut seqs = Vec::new();
+    while let Some(r) = late.next().await {
+        seqs.push(r.seq);
+    }
+    assert_eq!(seqs, [3]);
+    bus.shutdown(Duration::from_secs(5)).await;
+}

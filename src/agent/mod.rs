@@ -21,7 +21,7 @@ use crate::approver::{Approver, NoApprover};
 use crate::bus::{Bus, ShutdownReport};
 use crate::error::Error;
 use crate::event::SessionFields;
-use crate::event_log::{EventStream, HistoryStats};
+use crate::event_log::{EventStream, HistoryStats, HookRunStream};
 use crate::hook::Hook;
 use crate::observer::Observer;
 use crate::permission::{PermissionConfig, PermissionHandle, PermissionMode, PermissionService};
@@ -33,6 +33,7 @@ use crate::session::SessionConfig;
 use crate::tool::Tool;
 use crate::tools::builtin_tools;
 
+pub(crate) use run::cut_text;
 pub use task::TaskTool;
 pub use turn::{TerminalReason, TurnMetrics, TurnResult};
 
@@ -57,6 +58,12 @@ pub struct Limits {
     pub event_stream_buffer: usize,
     /// How deep subagents may nest (default 1: a subagent has no `task` tool).
     pub subagent_depth: u32,
+    /// The most bytes of one call's result the model (and the turn's result) receives; longer
+    /// results are cut with a note (default 0: no cap beyond the tools' own).
+    pub tool_output_bytes: usize,
+    /// The most bytes of tool results one turn keeps in all; once spent, each further result
+    /// is replaced by a short note (default 0: no cap).
+    pub turn_tool_output_bytes: usize,
 }
 
 impl Default for Limits {
@@ -70,6 +77,8 @@ impl Default for Limits {
             event_history_bytes: 8 << 20,
             event_stream_buffer: crate::event_log::DEFAULT_STREAM_BUFFER,
             subagent_depth: 1,
+            tool_output_bytes: 0,
+            turn_tool_output_bytes: 0,
         }
     }
 }
@@ -184,6 +193,11 @@ impl AgentBuilder {
     /// The loop's limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+    /// Changes some of the loop's limits in place, keeping the others.
+    pub fn with_limits(mut self, change: impl FnOnce(&mut Limits)) -> Self {
+        change(&mut self.limits);
         self
     }
     /// Model calls per turn.
@@ -604,6 +618,12 @@ impl AgentSession {
     /// last [`Limits::event_history`] of them) to `SessionEnd`.
     pub fn events(&self) -> EventStream {
         self.shared.session.events()
+    }
+
+    /// What the hooks did with each of the session's events, as each dispatch finishes (see
+    /// [`Session::hook_runs`](crate::Session::hook_runs)).
+    pub fn hook_runs(&self) -> HookRunStream {
+        self.shared.session.hook_runs()
     }
 
     /// What the session's kept history holds and has dropped to stay within

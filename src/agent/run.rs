@@ -46,6 +46,8 @@ struct TurnState {
     calls: Vec<CallResult>,
     metrics: TurnMetrics,
     text: String,
+    /// Bytes of tool results this turn kept so far.
+    output_bytes: usize,
 }
 
 /// The actor that owns one session's conversation.
@@ -176,6 +178,7 @@ impl SessionLoop {
             calls: Vec::new(),
             metrics: TurnMetrics::default(),
             text: String::new(),
+            output_bytes: 0,
         };
         let end = match self.turn_body(prompt, &mut t).await {
             Ok(end) => end,
@@ -316,7 +319,8 @@ impl SessionLoop {
             let pipeline = self.pipeline.clone().cancellation(t.cancel.clone());
             let results = self.run_calls(&pipeline, &calls).await?;
             let mut hook_stop = None;
-            for r in results {
+            for mut r in results {
+                self.cap_output(&mut r, &mut t.output_bytes);
                 count(&mut t.metrics, &r);
                 self.push(
                     t,
@@ -332,6 +336,26 @@ impl SessionLoop {
             if let Some(reason) = hook_stop {
                 return Ok(End::new(TerminalReason::Blocked, reason));
             }
+        }
+    }
+
+    /// Applies [`Limits::tool_output_bytes`](super::Limits) and `turn_tool_output_bytes` to a
+    /// call's result before the model and the turn's result see it.
+    fn cap_output(&self, r: &mut CallResult, spent: &mut usize) {
+        let limits = &self.agent.limits;
+        if limits.tool_output_bytes > 0 {
+            cut_text(&mut r.content, limits.tool_output_bytes);
+        }
+        if limits.turn_tool_output_bytes > 0 {
+            if *spent >= limits.turn_tool_output_bytes {
+                r.content = format!(
+                    "[result withheld: this turn's tool results passed {} bytes]",
+                    limits.turn_tool_output_bytes
+                );
+            } else {
+                cut_text(&mut r.content, limits.turn_tool_output_bytes - *spent);
+            }
+            *spent += r.content.len();
         }
     }
 
@@ -456,4 +480,19 @@ fn count(metrics: &mut TurnMetrics, r: &CallResult) {
         CallStatus::Denied { .. } => metrics.denied_calls += 1,
         _ => {}
     }
+}
+
+/// Cuts `text` to at most `max` bytes (on a character boundary) plus a note saying how long it
+/// was.
+pub(crate) fn cut_text(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    let total = text.len();
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&format!("\n[cut: {total} bytes in all]"));
 }

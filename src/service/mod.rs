@@ -1,347 +1,380 @@
 //! An HTTP service around an [`Agent`]: sessions, turns, a live Server-Sent Events stream of each
-//! session's lifecycle envelopes, cancellation, remote approvals, metrics, and a dashboard page.
-//! `examples/service.rs` runs it.
+//! session's lifecycle (with the hooks that ran on each event), cancellation, remote approvals,
+//! metrics, and a console page. `examples/service.rs` runs it (SPEC SEC-9).
 //!
-//! | method and path | what |
+//! ```no_run
+//! use hookbus::service::{serve, Service, ServiceConfig};
+//! use hookbus::Agent;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = ServiceConfig::new(&std::env::var("HOOKBUS_TOKEN")?)?;
+//! let service = Service::new(config, Agent::builder()).await?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! serve(listener, service, async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Who may call it
+//!
+//! * **Every request** must name this service in `Host` (`127.0.0.1`, `localhost` or `[::1]`
+//!   with the bound port, the bound address, or a name in [`ServiceConfig::allowed_hosts`]):
+//!   DNS rebinding gets 403. A request with a foreign `Origin` (including `null`) gets 403. A
+//!   POST, PUT or PATCH must declare `content-type: application/json` (415 otherwise), so no
+//!   HTML form or beacon reaches a route.
+//! * **Every route but `GET /health` and the page's static files** needs
+//!   `Authorization: Bearer <token>` (401 otherwise, with `WWW-Authenticate: Bearer`). The token
+//!   names an [`Identity`]: the primary token is [`OPERATOR`], further tokens are named
+//!   ([`TokenSet::add`], `--token-file`). Tokens are compared in constant time; a token in the
+//!   query string or a cookie is not looked at.
+//! * **Sessions belong to the identity that opened them**: another identity's session, and its
+//!   approvals, are 404 to everyone else, exactly like ones that do not exist.
+//! * **The permission policy is the operator's**: the rules ([`ServiceConfig::permissions`],
+//!   `--settings`) and a ceiling ([`ServiceConfig::max_mode`], `--max-mode`, default
+//!   `default`). A client may ask for a stricter mode (`plan` < `dontAsk` < `default` <
+//!   `acceptEdits` < `bypassPermissions`), never a looser one: 403.
+//! * **No file is read because a request names it**: a script is JSON in the body.
+//!
+//! ## Routes
+//!
+//! | method and path | auth | what |
+//! |---|---|---|
+//! | `GET /health` | none | `{"status": "ok"}` |
+//! | `GET /`, `/page.js`, `/page.css` | none | the console (static; open `/#token=<token>`) |
+//! | `POST /sessions` | token | opens a session: `{"script": <script>, "permission_mode"?, "id"?, "detached"?: false, "keep_workspace"?: false}`; the script is a [`Script`](crate::Script) object (or a string holding one), or the body's own `turns`. 201, 403 (mode), 409 (id in use), 429 (limit) |
+//! | `GET /sessions` | token | the caller's sessions |
+//! | `GET /sessions/{id}` | token | one session, with its kept history's size and drops |
+//! | `POST /sessions/{id}/turns` | token | runs a turn: `{"prompt": "..."}`; answers the result within the response caps; 409 while another turn runs |
+//! | `GET /sessions/{id}/events` | token | Server-Sent Events, see [`sse`](self#events) below |
+//! | `POST /sessions/{id}/cancel` | token | cancels the running turn |
+//! | `DELETE /sessions/{id}` | token | cancels, closes (`SessionEnd`) and removes the workspace |
+//! | `GET /approvals` | token | the caller's pending permission asks, each with its `session_id` |
+//! | `POST /approvals/{id}` | token | answers one: `{"decision": "allow" \| "allow_always" \| "deny", "reason"?}` |
+//! | `GET /metrics` | operator | the metrics report (it covers every identity) |
+//!
+//! A rejected request gets a 4xx with `{"error": "..."}` ([`ApiError`]) and changes nothing: a
+//! session that cannot be opened leaves no workspace and no count behind.
+//!
+//! ## Events
+//!
+//! `GET /sessions/{id}/events` sends each envelope as an SSE frame named after its event, a
+//! `hooks` frame per event once its hooks answered (name, decision, status, latency), a
+//! `lagged` frame when this subscriber fell behind and skipped records, and a `closed` frame
+//! last (`ended` after `SessionEnd`, or `shutdown`).
+//!
+//! ## Bounds ([`ServiceLimits`], each an option of [`ServeArgs`])
+//!
+//! | bound | default |
 //! |---|---|
-//! | `POST /sessions` | opens a session: `{"script": <script>, "permission_mode"?: "default", "id"?: "..."}`; the script is a [`Script`] object, a JSON string, or a file path, or the body's own `turns` |
-//! | `GET /sessions` | the open sessions' ids |
-//! | `POST /sessions/{id}/turns` | runs a turn: `{"prompt": "..."}` (or `message`); answers the turn's result |
-//! | `GET /sessions/{id}/events` | Server-Sent Events: the session's envelopes as JSON, in order, to `SessionEnd` |
-//! | `POST /sessions/{id}/cancel` | cancels the running turn |
-//! | `DELETE /sessions/{id}` | closes the session (`SessionEnd`) |
-//! | `GET /approvals` | pending permission asks |
-//! | `POST /approvals/{id}` | answers one: `{"decision": "allow" \| "allow_always" \| "deny", "reason"?: "..."}` |
-//! | `GET /metrics` | the metrics report |
-//! | `GET /` | the dashboard page |
+//! | open sessions (429 beyond) | 64 |
+//! | idle expiry (no request, no turn) | 30 min |
+//! | request body (413 beyond) | 1 MiB |
+//! | turn response; longest string in it | 4 MiB; 64 KiB |
+//! | one tool result; a turn's tool results | 64 KiB; 1 MiB |
+//! | kept history per session | 10,000 envelopes and 2 MiB |
+//! | an event subscriber's lag before it skips | 256 records |
+//! | one turn per session at a time | (409) |
+//! | approval wait | 5 min |
+//! | graceful shutdown | 10 s |
 //!
-//! A request that is rejected (bad JSON, unknown id, invalid decision) gets a 4xx with
-//! `{"error": "..."}` and changes nothing.
+//! ## Lifecycle
+//!
+//! A turn belongs to its HTTP request: when the client goes away before the turn ends, the turn
+//! is cancelled, and an approval it waits for is withdrawn (denied with source `cancelled`) —
+//! unless the session was opened with `"detached": true`. Workspaces live in a private root
+//! (`0700`, a fresh temporary directory unless configured, which must then be the service
+//! user's); a session's workspace is removed when it ends (closed, expired, shutdown) unless it
+//! asked for `keep_workspace`. [`serve`] shuts down gracefully: event streams end at once,
+//! running turns are cancelled, and what still runs at the deadline is dropped.
+//!
+//! Pages get `Content-Security-Policy` (scripts and styles from the service only, no framing),
+//! `X-Frame-Options: DENY`, `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer`,
+//! and every response `Cache-Control: no-store`.
 
-use std::convert::Infallible;
-use std::path::PathBuf;
+mod auth;
+mod cli;
+mod config;
+mod page;
+mod routes;
+mod sessions;
+mod sse;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::response::{Html, IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
+    X_FRAME_OPTIONS,
+};
+use axum::http::HeaderValue;
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use futures_util::{Stream, StreamExt};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::validate_request::ValidateRequestHeaderLayer;
 
-use dashmap::DashMap;
+use crate::agent::{Agent, AgentBuilder};
+use crate::approver::{ApprovalDesk, ChannelApprover};
+use crate::bus::ShutdownReport;
 
-use crate::agent::{Agent, AgentSession, SessionOptions};
-use crate::approver::{Approval, ApprovalDesk};
-use crate::permission::PermissionMode;
-use crate::scripted::{Script, ScriptedProvider};
+pub use cli::{ServeArgs, TokenSource};
+pub use config::{
+    generate_token, looseness, parse_duration, Identity, ServiceConfig, ServiceError,
+    ServiceLimits, TokenSet, MIN_TOKEN_LEN, OPERATOR,
+};
+pub use routes::ApiError;
 
-/// What the handlers share.
+use auth::{AllowedHosts, BearerAuth, RequestGuard};
+use config::WorkspaceRoot;
+use sessions::{close_slot, Sessions};
+
+/// The Content-Security-Policy of every response: the page's script and style come from the
+/// service itself; nothing inline, no framing, no forms.
+pub const CONTENT_SECURITY_POLICY_VALUE: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
+
+/// The service: the agent it runs sessions on, the approvals desk, the sessions, the
+/// operator's configuration. Cheap to clone (the handlers share it).
 #[derive(Clone)]
-pub struct ServiceState {
+pub struct Service {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     agent: Agent,
     desk: ApprovalDesk,
-    workspaces: Arc<PathBuf>,
-    /// The open sessions' handles (the agent keeps only weak ones).
-    sessions: Arc<DashMap<String, AgentSession>>,
+    config: ServiceConfig,
+    tokens: Arc<TokenSet>,
+    root: WorkspaceRoot,
+    sessions: Sessions,
+    /// Fires when shutdown starts: event streams end, the idle reaper stops.
+    shutdown: CancellationToken,
 }
 
-impl ServiceState {
-    /// A service over `agent`, answering its approvals through `desk` (the other half of the
-    /// agent's [`ChannelApprover`](crate::ChannelApprover)); session workspaces are created under
-    /// `workspaces`.
-    pub fn new(agent: Agent, desk: ApprovalDesk, workspaces: impl Into<PathBuf>) -> Self {
-        Self {
+impl Drop for Inner {
+    /// A service dropped without [`Service::finish`] still removes the workspaces of its open
+    /// sessions (unless kept), and a temporary root with them unless something was kept in it.
+    fn drop(&mut self) {
+        for slot in self.sessions.all() {
+            if !slot.keep_workspace {
+                let _ = std::fs::remove_dir_all(&slot.workspace);
+            }
+        }
+        if let WorkspaceRoot::Temporary(path) = &self.root {
+            let _ = std::fs::remove_dir(path);
+        }
+    }
+}
+
+impl Service {
+    /// Builds the agent from `agent` with the service's approver (a
+    /// [`ChannelApprover`] answered through `/approvals`), the operator's rules (when
+    /// [`ServiceConfig::permissions`] is set) and the service's bounds; prepares the workspace
+    /// root; and starts the idle-session reaper. Must be called inside a tokio runtime.
+    pub async fn new(config: ServiceConfig, agent: AgentBuilder) -> Result<Self, ServiceError> {
+        let root = WorkspaceRoot::prepare(config.workspace_root.as_deref())?;
+        let (approver, desk) = ChannelApprover::new();
+        let l = config.limits.clone();
+        let mut builder = agent
+            .approver(approver)
+            .approval_timeout(l.approval_timeout)
+            .with_limits(|limits| {
+                limits.event_history = l.event_history;
+                limits.event_history_bytes = l.event_history_bytes;
+                limits.event_stream_buffer = l.event_stream_buffer;
+                limits.tool_output_bytes = l.tool_output_bytes;
+                limits.turn_tool_output_bytes = l.turn_tool_output_bytes;
+            });
+        if let Some(rules) = config.permissions.clone() {
+            builder = builder.permissions(rules);
+        }
+        let agent = builder.build().await?;
+        let inner = Arc::new(Inner {
             agent,
             desk,
-            workspaces: Arc::new(workspaces.into()),
-            sessions: Arc::default(),
-        }
-    }
-
-    fn session(&self, id: &str) -> Result<AgentSession, ApiError> {
-        self.sessions
-            .get(id)
-            .map(|s| s.clone())
-            .ok_or_else(|| ApiError::not_found("session", id))
-    }
-
-    /// The agent.
-    pub fn agent(&self) -> &Agent {
-        &self.agent
-    }
-}
-
-/// The service's routes.
-pub fn router(state: ServiceState) -> Router {
-    Router::new()
-        .route("/", get(page))
-        .route("/sessions", post(open_session).get(list_sessions))
-        .route("/sessions/{id}", axum::routing::delete(close_session))
-        .route("/sessions/{id}/turns", post(run_turn))
-        .route("/sessions/{id}/events", get(events))
-        .route("/sessions/{id}/cancel", post(cancel))
-        .route("/approvals", get(approvals))
-        .route("/approvals/{id}", post(answer))
-        .route("/metrics", get(metrics))
-        .with_state(state)
-}
-
-/// A rejected request: a status and a JSON error body.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            message: message.into(),
-        }
-    }
-    fn not_found(what: &str, id: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, format!("no {what} `{id}`"))
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.message }))).into_response()
-    }
-}
-
-impl From<JsonRejection> for ApiError {
-    /// 400 for a body that is not JSON, 422 for JSON of the wrong shape, 415 without the JSON
-    /// content type.
-    fn from(e: JsonRejection) -> Self {
-        Self::new(e.status(), e.body_text())
-    }
-}
-
-impl From<crate::Error> for ApiError {
-    fn from(e: crate::Error) -> Self {
-        let status = match e {
-            crate::Error::SessionExists(_) => StatusCode::CONFLICT,
-            crate::Error::NoSuchSession(_) | crate::Error::SessionClosed(_) => {
-                StatusCode::NOT_FOUND
-            }
-            crate::Error::NoSuchApproval(_) => StatusCode::NOT_FOUND,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        Self::new(status, e.to_string())
-    }
-}
-
-type ApiResult<T> = Result<T, ApiError>;
-
-async fn page() -> Html<&'static str> {
-    Html(include_str!("page.html"))
-}
-
-#[derive(Deserialize)]
-struct OpenSession {
-    /// The script: an object, a JSON string, or the path of a script file. Without it, the
-    /// body's own `turns` (and `agents`, `files`) are the script.
-    #[serde(default)]
-    script: Option<Value>,
-    #[serde(default, alias = "mode")]
-    permission_mode: Option<String>,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(flatten)]
-    rest: serde_json::Map<String, Value>,
-}
-
-fn script_of(body: &mut OpenSession) -> Result<Script, ApiError> {
-    let bad = |e: crate::Error| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
-    match body.script.take() {
-        Some(Value::String(text)) if text.trim_start().starts_with('{') => {
-            Script::parse(&text, "script").map_err(bad)
-        }
-        Some(Value::String(path)) => Script::load(&path).map_err(bad),
-        Some(value) => Script::parse(&value.to_string(), "script").map_err(bad),
-        None => Script::parse(
-            &Value::Object(std::mem::take(&mut body.rest)).to_string(),
-            "body",
-        )
-        .map_err(bad),
-    }
-}
-
-/// Session ids become directory names: keep them plain.
-fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && id != "."
-        && id != ".."
-}
-
-async fn open_session(
-    State(state): State<ServiceState>,
-    body: Result<Json<OpenSession>, JsonRejection>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
-    let Json(mut body) = body?;
-    let script = script_of(&mut body)?;
-    let mode = match body.permission_mode.as_deref() {
-        None => None,
-        Some(m) => Some(
-            m.parse::<PermissionMode>()
-                .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?,
-        ),
-    };
-    let id = match body.id {
-        Some(id) if !valid_id(&id) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("invalid session id `{id}`: use letters, digits, `-`, `_`, `.`"),
-            ))
-        }
-        Some(id) => id,
-        None => format!(
-            "s{}",
-            crate::event::now_ms() % 1_000_000_000 + fastrand_like()
-        ),
-    };
-    if state.sessions.contains_key(&id) || state.agent.session(&id).is_some() {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("a session `{id}` is already open"),
+            tokens: Arc::new(config.tokens.clone()),
+            sessions: Sessions::new(l.max_sessions),
+            root,
+            shutdown: CancellationToken::new(),
+            config,
+        });
+        tokio::spawn(reap_idle(
+            Arc::downgrade(&inner),
+            inner.shutdown.clone(),
+            l.idle_expiry,
+            l.shutdown_deadline,
         ));
+        Ok(Self { inner })
     }
-    let workspace = state.workspaces.join(&id);
-    std::fs::create_dir_all(&workspace).map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot create the workspace: {e}"),
-        )
-    })?;
-    script.write_files(&workspace).map_err(|e| match e {
-        crate::Error::OutsideWorkspace { .. } => {
-            ApiError::new(StatusCode::BAD_REQUEST, e.to_string())
-        }
-        e => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    })?;
-    let mut options = SessionOptions::new(&workspace).id(&id);
-    options.permission_mode = mode;
-    options.provider = Some(Arc::new(ScriptedProvider::from_script(script)));
-    let session = state.agent.open_session(options).await?;
-    state.sessions.insert(id.clone(), session.clone());
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({ "id": session.id(), "workspace": session.workspace() })),
-    ))
-}
 
-/// A number that differs between two sessions opened in the same millisecond.
-fn fastrand_like() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
+    /// The agent the sessions run on.
+    pub fn agent(&self) -> &Agent {
+        &self.inner.agent
+    }
 
-async fn list_sessions(State(state): State<ServiceState>) -> Json<Value> {
-    let mut ids: Vec<String> = state.sessions.iter().map(|s| s.key().clone()).collect();
-    ids.sort();
-    Json(json!({ "sessions": ids }))
-}
+    /// The operator's configuration.
+    pub fn config(&self) -> &ServiceConfig {
+        &self.inner.config
+    }
 
-#[derive(Deserialize)]
-struct Turn {
-    #[serde(alias = "message", alias = "input", alias = "text")]
-    prompt: String,
-}
+    /// The directory the session workspaces are made in.
+    pub fn workspace_root(&self) -> &Path {
+        self.inner.root.path()
+    }
 
-async fn run_turn(
-    State(state): State<ServiceState>,
-    Path(id): Path<String>,
-    body: Result<Json<Turn>, JsonRejection>,
-) -> ApiResult<Json<crate::agent::TurnResult>> {
-    let session = state.session(&id)?;
-    let Json(body) = body?;
-    Ok(Json(session.run_turn(body.prompt).await?))
-}
-
-async fn events(
-    State(state): State<ServiceState>,
-    Path(id): Path<String>,
-) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
-    let session = state.session(&id)?;
-    let stream = session.events().map(|env| {
-        let data = serde_json::to_string(&*env)
-            .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string());
-        Ok(SseEvent::default().event(env.kind().as_str()).data(data))
-    });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
-}
-
-async fn cancel(
-    State(state): State<ServiceState>,
-    Path(id): Path<String>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
-    let session = state.session(&id)?;
-    session.cancel();
-    Ok((StatusCode::ACCEPTED, Json(json!({ "cancelled": id }))))
-}
-
-async fn close_session(
-    State(state): State<ServiceState>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let session = state.session(&id)?;
-    session.close().await?;
-    state.sessions.remove(&id);
-    Ok(Json(json!({ "closed": id })))
-}
-
-async fn approvals(State(state): State<ServiceState>) -> Json<Value> {
-    Json(json!({ "approvals": state.desk.pending() }))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Answer {
-    decision: String,
-    #[serde(default)]
-    reason: Option<String>,
-}
-
-async fn answer(
-    State(state): State<ServiceState>,
-    Path(id): Path<String>,
-    body: Result<Json<Answer>, JsonRejection>,
-) -> ApiResult<Json<Value>> {
-    let Json(body) = body?;
-    let approval = match body.decision.as_str() {
-        "allow" => Approval::AllowOnce,
-        "allow_always" => Approval::AllowAlways,
-        "deny" => Approval::Deny {
-            reason: body.reason,
-        },
-        other => {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                format!("invalid decision `{other}`: use allow, allow_always or deny"),
+    /// The routes, for a listener bound to `bound` (its port and address are the accepted
+    /// `Host` names, with the configured ones), behind the request guard, authentication, the
+    /// body limit and the security headers.
+    pub fn router(&self, bound: SocketAddr) -> Router {
+        let limits = &self.inner.config.limits;
+        let guard = RequestGuard {
+            hosts: Arc::new(AllowedHosts::new(bound, &self.inner.config.allowed_hosts)),
+        };
+        let auth = BearerAuth {
+            tokens: self.inner.tokens.clone(),
+        };
+        let api = Router::new()
+            .route(
+                "/sessions",
+                post(routes::open_session).get(routes::list_sessions),
+            )
+            .route(
+                "/sessions/{id}",
+                get(routes::session_info).delete(routes::close_session),
+            )
+            .route("/sessions/{id}/turns", post(routes::run_turn))
+            .route("/sessions/{id}/events", get(routes::events))
+            .route("/sessions/{id}/cancel", post(routes::cancel))
+            .route("/approvals", get(routes::approvals))
+            .route("/approvals/{id}", post(routes::answer))
+            .route("/metrics", get(routes::metrics))
+            .fallback(routes::not_found)
+            .layer(ValidateRequestHeaderLayer::custom(auth));
+        let header = |v: &'static str| HeaderValue::from_static(v);
+        Router::new()
+            .route("/health", get(routes::health))
+            .merge(page::routes())
+            .merge(api)
+            .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+            .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+            .layer(ValidateRequestHeaderLayer::custom(guard))
+            .layer(SetResponseHeaderLayer::overriding(
+                CONTENT_SECURITY_POLICY,
+                header(CONTENT_SECURITY_POLICY_VALUE),
             ))
+            .layer(SetResponseHeaderLayer::overriding(
+                X_FRAME_OPTIONS,
+                header("DENY"),
+            ))
+            .layer(SetResponseHeaderLayer::overriding(
+                X_CONTENT_TYPE_OPTIONS,
+                header("nosniff"),
+            ))
+            .layer(SetResponseHeaderLayer::overriding(
+                REFERRER_POLICY,
+                header("no-referrer"),
+            ))
+            .layer(SetResponseHeaderLayer::overriding(
+                CACHE_CONTROL,
+                header("no-store"),
+            ))
+            .with_state(self.clone())
+    }
+
+    /// Starts shutting down: every event stream ends (with a `closed` frame), every running
+    /// turn is cancelled (withdrawing its approvals), the idle reaper stops.
+    pub fn begin_shutdown(&self) {
+        self.inner.shutdown.cancel();
+        for slot in self.inner.sessions.all() {
+            slot.handle.cancel();
+        }
+    }
+
+    /// Whether shutdown has started.
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.shutdown.is_cancelled()
+    }
+
+    /// Ends the service: closes every session (`SessionEnd` reason `shutdown`, workspaces
+    /// removed unless kept) and shuts the agent down, each within the shutdown deadline.
+    pub async fn finish(&self) -> ShutdownReport {
+        self.begin_shutdown();
+        let deadline = self.inner.config.limits.shutdown_deadline;
+        let slots: Vec<_> = self
+            .inner
+            .sessions
+            .all()
+            .into_iter()
+            .filter_map(|s| self.inner.sessions.remove(s.handle.id()))
+            .collect();
+        let closing = slots
+            .into_iter()
+            .map(|slot| close_slot(slot, "shutdown", deadline));
+        let _ = tokio::time::timeout(deadline, futures_util::future::join_all(closing)).await;
+        self.inner.agent.shutdown(deadline).await
+    }
+}
+
+/// Closes the sessions that have been idle for `expiry` (SessionEnd reason `expired`), until
+/// the service shuts down or is dropped.
+async fn reap_idle(
+    inner: std::sync::Weak<Inner>,
+    shutdown: CancellationToken,
+    expiry: Duration,
+    deadline: Duration,
+) {
+    let tick = (expiry / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(tick) => {}
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        for id in inner.sessions.idle(expiry) {
+            if let Some(slot) = inner.sessions.remove(&id) {
+                tracing::info!(session = %id, "closing an idle session");
+                tokio::spawn(close_slot(slot, "expired", deadline));
+            }
+        }
+    }
+}
+
+/// Serves `service` on `listener` until `signal` completes, then shuts down gracefully: event
+/// streams end and running turns are cancelled at once, open connections get
+/// [`ServiceLimits::shutdown_deadline`] to finish, and the sessions and the agent are closed.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    service: Service,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<ShutdownReport> {
+    let bound = listener.local_addr()?;
+    let app = service.router(bound);
+    let token = service.inner.shutdown.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(token.clone().cancelled_owned());
+    let deadline = service.inner.config.limits.shutdown_deadline;
+    let trigger = {
+        let service = service.clone();
+        async move {
+            tokio::select! {
+                () = signal => service.begin_shutdown(),
+                () = token.cancelled() => {}
+            }
+            tokio::time::sleep(deadline).await;
         }
     };
-    let number: u64 = id
-        .parse()
-        .map_err(|_| ApiError::not_found("approval", &id))?;
-    state.desk.answer(number, approval)?;
-    Ok(Json(
-        json!({ "answered": number, "decision": body.decision }),
-    ))
-}
-
-async fn metrics(State(state): State<ServiceState>) -> Json<crate::metrics::MetricsReport> {
-    Json(state.agent.bus().metrics_report())
+    tokio::select! {
+        served = server => served?,
+        () = trigger => {
+            tracing::warn!("connections still open at the shutdown deadline were dropped");
+        }
+    }
+    Ok(service.finish().await)
 }

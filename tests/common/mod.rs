@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::sync::Arc;
 use std::time::Duration;
 
