@@ -120,8 +120,9 @@ impl BusBuilder {
     }
 }
 
-/// A hook call that failed, as failure listeners see it.
+/// A hook call that failed, as failure listeners see it (the audit log is one).
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "audit"), allow(dead_code))]
 pub(crate) struct HookFailure {
     pub session_id: String,
     pub hook: String,
@@ -370,6 +371,7 @@ impl Bus {
     }
 
     /// Calls `listener` for every failed hook call from now on.
+    #[cfg_attr(not(feature = "audit"), allow(dead_code))]
     pub(crate) fn on_hook_failure(&self, listener: FailureListener) {
         self.inner.failure_listeners.write().push(listener);
     }

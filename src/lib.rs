@@ -83,9 +83,11 @@ mod action;
 mod actor;
 mod agent;
 mod approver;
+#[cfg(feature = "bench")]
 pub mod benchmark;
 pub mod builtins;
 mod bus;
+#[cfg(feature = "claude")]
 pub mod claude;
 mod dispatch;
 mod error;
@@ -108,6 +110,7 @@ pub mod rule;
 pub mod sandbox;
 mod scratchpad;
 mod scripted;
+#[cfg(feature = "service")]
 pub mod service;
 mod session;
 mod shell;

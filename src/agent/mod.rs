@@ -33,6 +33,7 @@ use crate::session::SessionConfig;
 use crate::tool::Tool;
 use crate::tools::builtin_tools;
 
+#[cfg(feature = "service")]
 pub(crate) use run::cut_text;
 pub use task::TaskTool;
 pub use turn::{TerminalReason, TurnMetrics, TurnResult};
@@ -131,6 +132,7 @@ impl AgentBuilder {
     }
     /// Registers the handlers of Claude Code settings as global hooks (after the hooks added so
     /// far, in settings order).
+    #[cfg(feature = "claude")]
     pub fn claude_settings(mut self, settings: &crate::claude::ClaudeSettings) -> Self {
         for hook in settings.hooks() {
             self.hooks.push(Arc::new(hook));

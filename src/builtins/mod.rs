@@ -10,15 +10,18 @@
 //! * [`AuditLog`]: a durable SQLite audit log of sessions, tool calls, permission decisions and
 //!   hook failures.
 
+#[cfg(feature = "audit")]
 mod audit;
 mod dedup;
 mod logging;
 mod metrics;
 mod timing;
 
+#[cfg(feature = "audit")]
 pub use audit::{AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRecord};
 
 /// The audit log under the name seed 002 gives it.
+#[cfg(feature = "audit")]
 pub type AuditLogHook = AuditLog;
 pub use dedup::ContextDeduplicator;
 pub use logging::{LogSink, LoggingHook};

@@ -94,6 +94,7 @@
 //! and every response `Cache-Control: no-store`.
 
 mod auth;
+#[cfg(feature = "cli")]
 mod cli;
 mod config;
 mod page;
@@ -124,6 +125,7 @@ use crate::agent::{Agent, AgentBuilder};
 use crate::approver::{ApprovalDesk, ChannelApprover};
 use crate::bus::ShutdownReport;
 
+#[cfg(feature = "cli")]
 pub use cli::{ServeArgs, TokenSource};
 pub use config::{
     generate_token, looseness, parse_duration, Identity, ServiceConfig, ServiceError,
