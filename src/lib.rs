@@ -84,6 +84,7 @@ mod actor;
 mod agent;
 mod approver;
 pub mod benchmark;
+pub mod bounds;
 pub mod builtins;
 mod bus;
 pub mod claude;
