@@ -24,6 +24,29 @@ pub const MAX_TRANSCRIPT_BYTES: u64 = 256 << 20;
 /// Longest transcript line: 32 MiB.
 pub const MAX_TRANSCRIPT_LINE_BYTES: usize = 32 << 20;
 
+/// Reads a text file of at most `max` bytes; a larger one is an error naming the file, `what`
+/// it is and the limit, read no further than the limit.
+pub(crate) fn read_to_string_capped(
+    path: &std::path::Path,
+    max: u64,
+    what: &str,
+) -> Result<String, crate::Error> {
+    use std::io::Read;
+    let io = |message: String| crate::Error::Io {
+        path: path.display().to_string(),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|e| io(e.to_string()))?;
+    let mut text = String::new();
+    file.take(max + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| io(e.to_string()))?;
+    if text.len() as u64 > max {
+        return Err(io(format!("larger than {max} bytes, the limit for {what}")));
+    }
+    Ok(text)
+}
+
 /// `d`, at most [`MAX_TIMEOUT`].
 pub fn clamp_timeout(d: Duration) -> Duration {
     d.min(MAX_TIMEOUT)

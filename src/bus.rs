@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::actor::run_hook_actor;
+use crate::bounds::{clamp_timeout, deadline_after, parse_timeout_secs};
 use crate::dispatch::Dispatcher;
 use crate::error::Error;
 use crate::event::EventKind;
@@ -50,14 +51,15 @@ pub struct BusBuilder {
 
 impl BusBuilder {
     /// The timeout of hooks that do not set their own. Without it: `HOOK_TIMEOUT_SECS` if set
-    /// to a positive number, else 30 s.
+    /// to a positive number of seconds, else 30 s. At most
+    /// [`MAX_TIMEOUT`](crate::bounds::MAX_TIMEOUT) (24 h; longer is clamped).
     pub fn default_timeout(mut self, timeout: Duration) -> Self {
-        self.default_timeout = Some(timeout);
+        self.default_timeout = Some(clamp_timeout(timeout));
         self
     }
-    /// The overall budget of a session's `SessionEnd` hooks (default 30 s).
+    /// The overall budget of a session's `SessionEnd` hooks (default 30 s, at most 24 h).
     pub fn session_end_grace(mut self, grace: Duration) -> Self {
-        self.session_end_grace = Some(grace);
+        self.session_end_grace = Some(clamp_timeout(grace));
         self
     }
     /// Runs the hooks of `kind` one after another in fold order, each seeing the previous one's
@@ -74,11 +76,7 @@ impl BusBuilder {
 
     /// Starts the runtime (spawns the registry actor). Must be called within a tokio runtime.
     pub fn build(self) -> Bus {
-        let env_timeout = std::env::var("HOOK_TIMEOUT_SECS")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map(Duration::from_secs_f64);
+        let env_timeout = env_timeout();
         let mut sequential = [false; EventKind::COUNT];
         for kind in self.sequential {
             sequential[kind.index()] = true;
@@ -117,6 +115,29 @@ impl BusBuilder {
                 next_session: AtomicU64::new(1),
             }),
         }
+    }
+}
+
+/// `HOOK_TIMEOUT_SECS`, when set: a positive number of seconds; longer than
+/// [`MAX_TIMEOUT`](crate::bounds::MAX_TIMEOUT) is clamped to it, anything else is ignored;
+/// both with a warning.
+fn env_timeout() -> Option<Duration> {
+    let value = std::env::var("HOOK_TIMEOUT_SECS").ok()?;
+    match parse_timeout_secs(&value) {
+        Ok(timeout) => Some(timeout),
+        Err(e) => match e.clamped() {
+            Some(max) => {
+                tracing::warn!("HOOK_TIMEOUT_SECS: {e}; using {} s", max.as_secs());
+                Some(max)
+            }
+            None => {
+                tracing::warn!(
+                    "HOOK_TIMEOUT_SECS: {e}; ignored, the default {} s applies",
+                    DEFAULT_HOOK_TIMEOUT.as_secs()
+                );
+                None
+            }
+        },
     }
 }
 
@@ -280,7 +301,7 @@ impl Bus {
         self.spawn_actor(run_observer_actor(
             observer,
             rx,
-            options.timeout,
+            clamp_timeout(options.timeout),
             self.inner.metrics.clone(),
         ));
         self.inner
@@ -392,7 +413,7 @@ impl Bus {
     /// `shutdown`), lets observers drain their mailboxes, and returns a report. Whatever is still
     /// running at `deadline` is killed; when this returns, no task of the runtime is left.
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
-        let until = tokio::time::Instant::now() + deadline;
+        let until = deadline_after(tokio::time::Instant::now(), deadline);
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let open: Vec<Arc<SessionShared>> = self
             .inner
@@ -466,7 +487,7 @@ impl Bus {
         target: Target,
         session: Option<String>,
     ) -> Result<(), Error> {
-        let timeout = options.timeout.unwrap_or(self.inner.config.default_timeout);
+        let timeout = clamp_timeout(options.timeout.unwrap_or(self.inner.config.default_timeout));
         let seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(HookEntry::new(name, seq, options, timeout, target, session));
         self.inner

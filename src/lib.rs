@@ -99,6 +99,7 @@ mod mailbox;
 mod metrics;
 mod observer;
 mod outcome;
+mod panics;
 mod paths;
 mod permission;
 mod pipeline;
@@ -141,6 +142,7 @@ pub use mailbox::{Delivery, Mailbox, ReplySlot};
 pub use metrics::{LatencyStats, MetricsReport, MetricsSnapshot};
 pub use observer::{Observer, ObserverOptions, DEFAULT_ENQUEUE_WAIT, DEFAULT_OBSERVER_MAILBOX};
 pub use outcome::{Attributed, Decision, HookRun, Outcome, RunStatus, TaggedContext};
+pub use panics::panic_is_contained;
 pub use permission::{
     HookOpinion, Level, PermissionConfig, PermissionHandle, PermissionMode, PermissionQuery,
     PermissionService, RuleSet, ToolKind, Verdict,

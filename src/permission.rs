@@ -584,9 +584,10 @@ impl PermissionService {
                 let Some(msg) = msg else { return };
                 match msg {
                     Msg::Check(q, reply) => {
-                        let verdict =
-                            std::panic::catch_unwind(AssertUnwindSafe(|| eval.evaluate(&q)))
-                                .unwrap_or_else(|_| Verdict::error("panic while evaluating rules"));
+                        let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            crate::panics::contained(|| eval.evaluate(&q))
+                        }))
+                        .unwrap_or_else(|_| Verdict::error("panic while evaluating rules"));
                         let _ = reply.send(verdict);
                     }
                     Msg::AddSessionRules(id, rules, reply) => {

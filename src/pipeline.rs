@@ -491,7 +491,8 @@ impl CallCx<'_> {
         };
         // The wait races the turn's cancellation, and a panicking approver denies this call
         // (fail-closed) without taking the session down.
-        let asking = AssertUnwindSafe(p.approver.approve(request)).catch_unwind();
+        let asking = AssertUnwindSafe(crate::panics::Contained::new(p.approver.approve(request)))
+            .catch_unwind();
         let answer = tokio::select! {
             biased;
             _ = p.cancel.cancelled() => {
@@ -632,7 +633,11 @@ impl CallCx<'_> {
             }
         };
         let limit = tool.timeout();
-        let fut = AssertUnwindSafe(with_call_env(env, tool.execute(input, cx))).catch_unwind();
+        let fut = AssertUnwindSafe(crate::panics::Contained::new(with_call_env(
+            env,
+            tool.execute(input, cx),
+        )))
+        .catch_unwind();
         let result = tokio::select! {
             biased;
             _ = p.cancel.cancelled() => Err((FailureKind::Interrupted, "interrupted: the turn was cancelled".to_owned())),
