@@ -16,6 +16,7 @@ use crate::bounds::{clamp_timeout, deadline_after, parse_timeout_secs};
 use crate::dispatch::Dispatcher;
 use crate::error::Error;
 use crate::event::EventKind;
+use crate::execution::{ExecutionGate, ExecutionIntent};
 use crate::hook::{Hook, HookOptions};
 use crate::kill::KillSwitch;
 use crate::mailbox::Mailbox;
@@ -103,6 +104,7 @@ impl BusBuilder {
         Bus {
             inner: Arc::new(BusInner {
                 failure_listeners: parking_lot::RwLock::default(),
+                execution_gates: parking_lot::RwLock::default(),
                 config,
                 published,
                 registry_tx,
@@ -155,6 +157,8 @@ pub(crate) type FailureListener = Box<dyn Fn(&HookFailure) + Send + Sync>;
 pub(crate) struct BusInner {
     /// Told of every failed hook call (the audit log records them).
     pub failure_listeners: parking_lot::RwLock<Vec<FailureListener>>,
+    /// Awaited right before each tool runs (the durable audit log's intent).
+    pub execution_gates: parking_lot::RwLock<Vec<Arc<dyn ExecutionGate>>>,
     pub config: BusConfig,
     pub published: Arc<ArcSwap<Snapshot>>,
     registry_tx: mpsc::Sender<RegistryMsg>,
@@ -393,6 +397,24 @@ impl Bus {
     /// Calls `listener` for every failed hook call from now on.
     pub(crate) fn on_hook_failure(&self, listener: FailureListener) {
         self.inner.failure_listeners.write().push(listener);
+    }
+
+    /// Adds a gate awaited right before every tool runs.
+    pub(crate) fn add_execution_gate(&self, gate: Arc<dyn ExecutionGate>) {
+        self.inner.execution_gates.write().push(gate);
+    }
+
+    /// Passes a call about to run through every execution gate, in the order they were added;
+    /// the first error stops it.
+    pub(crate) async fn before_execution(
+        &self,
+        intent: &ExecutionIntent<'_>,
+    ) -> Result<(), String> {
+        let gates = self.inner.execution_gates.read().clone();
+        for gate in gates {
+            gate.before_execution(intent).await?;
+        }
+        Ok(())
     }
 
     /// Turns on per-hook and per-tool latency recording.

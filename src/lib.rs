@@ -92,6 +92,7 @@ mod dispatch;
 mod error;
 mod event;
 mod event_log;
+mod execution;
 mod filter;
 mod hook;
 mod kill;

@@ -359,6 +359,17 @@ impl Pipeline {
         if let Some(cancelled) = cx.cancelled(&final_input, &reminders) {
             return Ok(cancelled);
         }
+        // The bus's execution gates (the durable audit intent) see the input that will run; a
+        // failing one keeps the tool from running (fail-closed, source `error`).
+        if let Err(why) = cx.before_execution(&final_input).await {
+            let verdict = Verdict {
+                decision: PermissionDecision::Deny,
+                source: Some(DenialSource::Error),
+                explain: why,
+                ..verdict
+            };
+            return cx.denied(final_input, &verdict, reminders).await;
+        }
         // 7. Execute once.
         let started = Instant::now();
         let executed = cx.run(&tool, final_input.clone()).await;
@@ -448,6 +459,18 @@ impl CallCx<'_> {
             self.stop.lock().get_or_insert_with(|| stop.value.clone());
         }
         Ok(outcome)
+    }
+
+    async fn before_execution(&self, input: &Value) -> Result<(), String> {
+        let intent = crate::execution::ExecutionIntent {
+            session_id: self.pipeline.session.id(),
+            turn: self.turn,
+            tool_use_id: &self.call.id,
+            tool_name: &self.call.name,
+            requested: &self.call.input,
+            input,
+        };
+        self.pipeline.session.bus.before_execution(&intent).await
     }
 
     async fn check(&self, input: &Value, hook: HookOpinion, deny_rules_only: bool) -> Verdict {

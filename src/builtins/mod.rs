@@ -15,7 +15,9 @@ mod logging;
 mod metrics;
 mod timing;
 
-pub use audit::{AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRecord};
+pub use audit::{
+    AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRecord, DEFAULT_QUERY_LIMIT,
+};
 
 /// The audit log under the name seed 002 gives it.
 pub type AuditLogHook = AuditLog;
