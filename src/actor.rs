@@ -16,11 +16,12 @@ use tokio::sync::mpsc;
 
 use crate::hook::{call_hook, CallHook, Hook, HookCx, CANCEL_GRACE};
 use crate::mailbox::{Answer, Delivery, Failure};
+use crate::panics::{contained, Contained};
 
 /// One hook call with its panics caught. `Unpin` and allocation-free beyond the hook's own
 /// future, so the dispatcher can poll an inline hook in place.
 pub(crate) struct Serving<'a> {
-    call: CatchUnwind<AssertUnwindSafe<CallHook<'a>>>,
+    call: CatchUnwind<AssertUnwindSafe<Contained<CallHook<'a>>>>,
 }
 
 impl Future for Serving<'_> {
@@ -39,9 +40,9 @@ impl Future for Serving<'_> {
 
 /// Starts the call of `hook` for the event in `cx`; a panic while starting it is a failure.
 pub(crate) fn serving<'a>(hook: &'a dyn Hook, cx: &'a HookCx) -> Result<Serving<'a>, Failure> {
-    std::panic::catch_unwind(AssertUnwindSafe(|| call_hook(hook, cx)))
+    std::panic::catch_unwind(AssertUnwindSafe(|| contained(|| call_hook(hook, cx))))
         .map(|call| Serving {
-            call: AssertUnwindSafe(call).catch_unwind(),
+            call: AssertUnwindSafe(Contained::new(call)).catch_unwind(),
         })
         .map_err(|panic| Failure::Panic(panic_message(panic.as_ref())))
 }

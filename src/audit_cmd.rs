@@ -51,9 +51,15 @@ fn call_line(c: &CallRecord) -> String {
     } else {
         c.outcome.clone().unwrap_or_else(|| "-".into())
     };
+    // A second call with the same id in the same turn shows as `id/2`.
+    let id = if c.attempt > 1 {
+        format!("{}/{}", c.tool_use_id, c.attempt)
+    } else {
+        c.tool_use_id.clone()
+    };
     format!(
         "#{:<4} {:<16} {:<14} {:<12} {:<28} {}",
-        c.id, c.session_id, c.tool_use_id, c.tool_name, decision, outcome
+        c.id, c.session_id, id, c.tool_name, decision, outcome
     )
 }
 

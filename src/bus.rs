@@ -12,9 +12,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::actor::run_hook_actor;
+use crate::bounds::{clamp_timeout, deadline_after, parse_timeout_secs};
 use crate::dispatch::Dispatcher;
 use crate::error::Error;
 use crate::event::EventKind;
+use crate::execution::{ExecutionGate, ExecutionIntent};
 use crate::hook::{Hook, HookOptions};
 use crate::kill::KillSwitch;
 use crate::mailbox::Mailbox;
@@ -50,14 +52,15 @@ pub struct BusBuilder {
 
 impl BusBuilder {
     /// The timeout of hooks that do not set their own. Without it: `HOOK_TIMEOUT_SECS` if set
-    /// to a positive number, else 30 s.
+    /// to a positive number of seconds, else 30 s. At most
+    /// [`MAX_TIMEOUT`](crate::bounds::MAX_TIMEOUT) (24 h; longer is clamped).
     pub fn default_timeout(mut self, timeout: Duration) -> Self {
-        self.default_timeout = Some(timeout);
+        self.default_timeout = Some(clamp_timeout(timeout));
         self
     }
-    /// The overall budget of a session's `SessionEnd` hooks (default 30 s).
+    /// The overall budget of a session's `SessionEnd` hooks (default 30 s, at most 24 h).
     pub fn session_end_grace(mut self, grace: Duration) -> Self {
-        self.session_end_grace = Some(grace);
+        self.session_end_grace = Some(clamp_timeout(grace));
         self
     }
     /// Runs the hooks of `kind` one after another in fold order, each seeing the previous one's
@@ -74,11 +77,7 @@ impl BusBuilder {
 
     /// Starts the runtime (spawns the registry actor). Must be called within a tokio runtime.
     pub fn build(self) -> Bus {
-        let env_timeout = std::env::var("HOOK_TIMEOUT_SECS")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map(Duration::from_secs_f64);
+        let env_timeout = env_timeout();
         let mut sequential = [false; EventKind::COUNT];
         for kind in self.sequential {
             sequential[kind.index()] = true;
@@ -105,6 +104,7 @@ impl BusBuilder {
         Bus {
             inner: Arc::new(BusInner {
                 failure_listeners: parking_lot::RwLock::default(),
+                execution_gates: parking_lot::RwLock::default(),
                 config,
                 published,
                 registry_tx,
@@ -117,6 +117,29 @@ impl BusBuilder {
                 next_session: AtomicU64::new(1),
             }),
         }
+    }
+}
+
+/// `HOOK_TIMEOUT_SECS`, when set: a positive number of seconds; longer than
+/// [`MAX_TIMEOUT`](crate::bounds::MAX_TIMEOUT) is clamped to it, anything else is ignored;
+/// both with a warning.
+fn env_timeout() -> Option<Duration> {
+    let value = std::env::var("HOOK_TIMEOUT_SECS").ok()?;
+    match parse_timeout_secs(&value) {
+        Ok(timeout) => Some(timeout),
+        Err(e) => match e.clamped() {
+            Some(max) => {
+                tracing::warn!("HOOK_TIMEOUT_SECS: {e}; using {} s", max.as_secs());
+                Some(max)
+            }
+            None => {
+                tracing::warn!(
+                    "HOOK_TIMEOUT_SECS: {e}; ignored, the default {} s applies",
+                    DEFAULT_HOOK_TIMEOUT.as_secs()
+                );
+                None
+            }
+        },
     }
 }
 
@@ -135,6 +158,8 @@ pub(crate) type FailureListener = Box<dyn Fn(&HookFailure) + Send + Sync>;
 pub(crate) struct BusInner {
     /// Told of every failed hook call (the audit log records them).
     pub failure_listeners: parking_lot::RwLock<Vec<FailureListener>>,
+    /// Awaited right before each tool runs (the durable audit log's intent).
+    pub execution_gates: parking_lot::RwLock<Vec<Arc<dyn ExecutionGate>>>,
     pub config: BusConfig,
     pub published: Arc<ArcSwap<Snapshot>>,
     registry_tx: mpsc::Sender<RegistryMsg>,
@@ -281,7 +306,7 @@ impl Bus {
         self.spawn_actor(run_observer_actor(
             observer,
             rx,
-            options.timeout,
+            clamp_timeout(options.timeout),
             self.inner.metrics.clone(),
         ));
         self.inner
@@ -376,6 +401,25 @@ impl Bus {
         self.inner.failure_listeners.write().push(listener);
     }
 
+    /// Adds a gate awaited right before every tool runs.
+    #[cfg_attr(not(feature = "audit"), allow(dead_code))]
+    pub(crate) fn add_execution_gate(&self, gate: Arc<dyn ExecutionGate>) {
+        self.inner.execution_gates.write().push(gate);
+    }
+
+    /// Passes a call about to run through every execution gate, in the order they were added;
+    /// the first error stops it.
+    pub(crate) async fn before_execution(
+        &self,
+        intent: &ExecutionIntent<'_>,
+    ) -> Result<(), String> {
+        let gates = self.inner.execution_gates.read().clone();
+        for gate in gates {
+            gate.before_execution(intent).await?;
+        }
+        Ok(())
+    }
+
     /// Turns on per-hook and per-tool latency recording.
     pub fn enable_detailed_metrics(&self) {
         self.inner
@@ -394,7 +438,7 @@ impl Bus {
     /// `shutdown`), lets observers drain their mailboxes, and returns a report. Whatever is still
     /// running at `deadline` is killed; when this returns, no task of the runtime is left.
     pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
-        let until = tokio::time::Instant::now() + deadline;
+        let until = deadline_after(tokio::time::Instant::now(), deadline);
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let open: Vec<Arc<SessionShared>> = self
             .inner
@@ -468,7 +512,7 @@ impl Bus {
         target: Target,
         session: Option<String>,
     ) -> Result<(), Error> {
-        let timeout = options.timeout.unwrap_or(self.inner.config.default_timeout);
+        let timeout = clamp_timeout(options.timeout.unwrap_or(self.inner.config.default_timeout));
         let seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(HookEntry::new(name, seq, options, timeout, target, session));
         self.inner

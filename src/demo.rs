@@ -377,8 +377,8 @@ pub struct DurableChildArgs {
     /// Tool calls to make, one per step.
     #[arg(long, default_value_t = 20)]
     calls: u32,
-    /// How long each call's tool sleeps.
-    #[arg(long, default_value_t = 50)]
+    /// How long each call's tool sleeps (at most 24 hours).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=hookbus::bounds::MAX_TIMEOUT.as_millis() as u64))]
     sleep_ms: u64,
 }
 

@@ -85,6 +85,7 @@ mod agent;
 mod approver;
 #[cfg(feature = "bench")]
 pub mod benchmark;
+pub mod bounds;
 pub mod builtins;
 mod bus;
 #[cfg(feature = "claude")]
@@ -93,6 +94,7 @@ mod dispatch;
 mod error;
 mod event;
 mod event_log;
+mod execution;
 mod filter;
 mod hook;
 mod kill;
@@ -100,6 +102,7 @@ mod mailbox;
 mod metrics;
 mod observer;
 mod outcome;
+mod panics;
 mod paths;
 mod permission;
 mod pipeline;
@@ -143,6 +146,7 @@ pub use mailbox::{Delivery, Mailbox, ReplySlot};
 pub use metrics::{LatencyStats, MetricsReport, MetricsSnapshot};
 pub use observer::{Observer, ObserverOptions, DEFAULT_ENQUEUE_WAIT, DEFAULT_OBSERVER_MAILBOX};
 pub use outcome::{Attributed, Decision, HookRun, Outcome, RunStatus, TaggedContext};
+pub use panics::panic_is_contained;
 pub use permission::{
     HookOpinion, Level, PermissionConfig, PermissionHandle, PermissionMode, PermissionQuery,
     PermissionService, RuleSet, ToolKind, Verdict,

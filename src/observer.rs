@@ -223,8 +223,12 @@ pub(crate) async fn run_observer_actor(
             }
             Some(ObserverMsg::Event(delivery)) => {
                 let env = delivery.envelope().clone();
-                let call = AssertUnwindSafe(observer.on_event(&env)).catch_unwind();
-                timer.as_mut().reset(tokio::time::Instant::now() + timeout);
+                let call = AssertUnwindSafe(crate::panics::Contained::new(observer.on_event(&env)))
+                    .catch_unwind();
+                timer.as_mut().reset(crate::bounds::deadline_after(
+                    tokio::time::Instant::now(),
+                    timeout,
+                ));
                 let result = tokio::select! {
                     biased;
                     result = call => Ok(result),

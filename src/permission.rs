@@ -253,10 +253,11 @@ impl PermissionConfig {
         for file in files {
             let path = file.as_ref();
             let name = path.display().to_string();
-            let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
-                path: name.clone(),
-                message: e.to_string(),
-            })?;
+            let text = crate::bounds::read_to_string_capped(
+                path,
+                crate::bounds::MAX_SETTINGS_BYTES,
+                "a settings file",
+            )?;
             let value: Value = serde_json::from_str(&text).map_err(|e| Error::json(&name, &e))?;
             let dir = path
                 .canonicalize()
@@ -584,9 +585,10 @@ impl PermissionService {
                 let Some(msg) = msg else { return };
                 match msg {
                     Msg::Check(q, reply) => {
-                        let verdict =
-                            std::panic::catch_unwind(AssertUnwindSafe(|| eval.evaluate(&q)))
-                                .unwrap_or_else(|_| Verdict::error("panic while evaluating rules"));
+                        let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            crate::panics::contained(|| eval.evaluate(&q))
+                        }))
+                        .unwrap_or_else(|_| Verdict::error("panic while evaluating rules"));
                         let _ = reply.send(verdict);
                     }
                     Msg::AddSessionRules(id, rules, reply) => {

@@ -360,6 +360,17 @@ impl Pipeline {
         if let Some(cancelled) = cx.cancelled(&final_input, &reminders) {
             return Ok(cancelled);
         }
+        // The bus's execution gates (the durable audit intent) see the input that will run; a
+        // failing one keeps the tool from running (fail-closed, source `error`).
+        if let Err(why) = cx.before_execution(&final_input).await {
+            let verdict = Verdict {
+                decision: PermissionDecision::Deny,
+                source: Some(DenialSource::Error),
+                explain: why,
+                ..verdict
+            };
+            return cx.denied(final_input, &verdict, reminders).await;
+        }
         // 7. Execute once.
         let started = Instant::now();
         let executed = cx.run(&tool, final_input.clone()).await;
@@ -451,6 +462,18 @@ impl CallCx<'_> {
         Ok(outcome)
     }
 
+    async fn before_execution(&self, input: &Value) -> Result<(), String> {
+        let intent = crate::execution::ExecutionIntent {
+            session_id: self.pipeline.session.id(),
+            turn: self.turn,
+            tool_use_id: &self.call.id,
+            tool_name: &self.call.name,
+            requested: &self.call.input,
+            input,
+        };
+        self.pipeline.session.bus.before_execution(&intent).await
+    }
+
     async fn check(&self, input: &Value, hook: HookOpinion, deny_rules_only: bool) -> Verdict {
         self.pipeline
             .permissions
@@ -492,7 +515,8 @@ impl CallCx<'_> {
         };
         // The wait races the turn's cancellation, and a panicking approver denies this call
         // (fail-closed) without taking the session down.
-        let asking = AssertUnwindSafe(p.approver.approve(request)).catch_unwind();
+        let asking = AssertUnwindSafe(crate::panics::Contained::new(p.approver.approve(request)))
+            .catch_unwind();
         let answer = tokio::select! {
             biased;
             _ = p.cancel.cancelled() => {
@@ -633,7 +657,11 @@ impl CallCx<'_> {
             }
         };
         let limit = tool.timeout();
-        let fut = AssertUnwindSafe(with_call_env(env, tool.execute(input, cx))).catch_unwind();
+        let fut = AssertUnwindSafe(crate::panics::Contained::new(with_call_env(
+            env,
+            tool.execute(input, cx),
+        )))
+        .catch_unwind();
         tokio::pin!(fut);
         let stopped = tokio::select! {
             biased;

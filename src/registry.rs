@@ -125,7 +125,8 @@ impl HookEntry {
         }
         let n = self.breaker.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
         if n >= cb.failures {
-            *self.breaker.open_until.lock() = Some(Instant::now() + cb.cool_down);
+            *self.breaker.open_until.lock() =
+                Some(crate::bounds::deadline_after(Instant::now(), cb.cool_down));
             if !self.breaker.reported.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     hook = %self.name,

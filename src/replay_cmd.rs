@@ -34,8 +34,9 @@ pub struct ReplayArgs {
     /// Claude Code 2.0.76 behaviour: `continue: false` on PreToolUse still runs the tool.
     #[arg(long)]
     legacy_continue_false: bool,
-    /// Default handler timeout in seconds (600; Claude Code before 2.1.3 used 60).
-    #[arg(long, value_name = "SECONDS")]
+    /// Default handler timeout in seconds (600; Claude Code before 2.1.3 used 60), at most
+    /// 86400 (24 hours).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=hookbus::bounds::MAX_TIMEOUT.as_secs()))]
     default_timeout: Option<u64>,
 }
 
@@ -46,7 +47,7 @@ pub async fn run(args: ReplayArgs) -> Result<ExitCode, Box<dyn std::error::Error
         continue_false_runs_tool: args.legacy_continue_false,
         ..CompatOptions::default()
     };
-    if let Some(secs) = args.default_timeout.filter(|s| *s > 0) {
+    if let Some(secs) = args.default_timeout {
         compat.default_timeout = std::time::Duration::from_secs(secs);
     }
     let replay = Replay::load(ReplayOptions {

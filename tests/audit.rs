@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use hookbus::builtins::{AuditDb, AuditLog, AuditMode};
+use hookbus::AgentBuilder;
 use hookbus::*;
 use serde_json::json;
 
@@ -281,4 +282,297 @@ fn kills_at_random_points_never_lose_a_committed_record_or_corrupt_the_database(
             );
         }
     }
+}
+
+/// Runs one session of `provider` with `log` installed (and `hooks`, `tools`, `permissions`),
+/// then shuts everything down and closes the log.
+async fn run_session(
+    log: &AuditLog,
+    provider: ScriptedProvider,
+    build: impl FnOnce(AgentBuilder) -> AgentBuilder,
+) -> TurnResult {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a.txt"), "A").unwrap();
+    std::fs::write(ws.path().join("b.txt"), "B").unwrap();
+    let agent = build(Agent::builder().provider(provider))
+        .build()
+        .await
+        .unwrap();
+    log.install(agent.bus()).await.unwrap();
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()).id("s"))
+        .await
+        .unwrap();
+    let result = session.run_turn("go").await.unwrap();
+    session.close().await.unwrap();
+    agent.shutdown(Duration::from_secs(5)).await;
+    let report = log.close().await;
+    assert_eq!(report.failed, 0, "{report:?}");
+    result
+}
+
+/// Two calls with the same `tool_use_id` in one turn, one after the other and side by side, are
+/// rows of their own (attempts 1, 2) with their own inputs and outcomes, in both modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_sharing_a_tool_use_id_are_rows_of_their_own() {
+    for mode in [AuditMode::BestEffort, AuditMode::Durable] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit.sqlite");
+        let log = AuditLog::open(&db, mode).unwrap();
+        let provider = ScriptedProvider::new()
+            .turn(ScriptTurn::text("a").call_with_id(
+                "dup",
+                "read_file",
+                json!({ "path": "a.txt" }),
+            ))
+            .turn(ScriptTurn::text("b").call_with_id(
+                "dup",
+                "read_file",
+                json!({ "path": "b.txt" }),
+            ))
+            .turn(
+                ScriptTurn::text("both")
+                    .call_with_id("par", "read_file", json!({ "path": "b.txt" }))
+                    .call_with_id("par", "read_file", json!({ "path": "a.txt" })),
+            )
+            .turn(ScriptTurn::text("done"));
+        let result = run_session(&log, provider, |b| b).await;
+        assert_eq!(result.reason, TerminalReason::Completed, "{mode:?}");
+        let audit = AuditDb::open(&db).unwrap();
+        let calls = audit.calls(Some("s")).unwrap();
+        assert_eq!(calls.len(), 4, "{mode:?}: {calls:#?}");
+        for (id, first, second) in [("dup", "a.txt", "b.txt"), ("par", "b.txt", "a.txt")] {
+            let mine: Vec<_> = calls.iter().filter(|c| c.tool_use_id == id).collect();
+            assert_eq!(mine.len(), 2, "{mode:?} {id}");
+            assert_eq!((mine[0].attempt, mine[1].attempt), (1, 2), "{mode:?} {id}");
+            assert!(mine
+                .iter()
+                .all(|c| c.turn == 1 && c.outcome.as_deref() == Some("ok")));
+            for (c, file) in mine.iter().zip([first, second]) {
+                assert!(
+                    c.request_input.as_deref().unwrap().contains(file),
+                    "{mode:?} {id}: {c:?}"
+                );
+                // Each outcome went to the row of its own input.
+                let expected = if file == "a.txt" { "A" } else { "B" };
+                assert_eq!(
+                    c.output_preview.as_deref(),
+                    Some(expected),
+                    "{mode:?} {c:?}"
+                );
+                assert_eq!(c.intent_ms.is_some(), mode == AuditMode::Durable);
+            }
+        }
+    }
+}
+
+/// A tool that reads its own row of the audit log while it runs (its intent is durable by then).
+struct Probe {
+    db: std::path::PathBuf,
+}
+
+#[async_trait]
+impl Tool for Probe {
+    fn name(&self) -> &str {
+        "probe"
+    }
+    async fn execute(
+        &self,
+        _: serde_json::Value,
+        cx: ToolCx,
+    ) -> Result<serde_json::Value, ToolError> {
+        let audit = AuditDb::open(&self.db).map_err(|e| ToolError::new(e.to_string()))?;
+        let calls = audit
+            .calls(Some(&cx.session_id))
+            .map_err(|e| ToolError::new(e.to_string()))?;
+        let mine = calls
+            .into_iter()
+            .find(|c| c.tool_use_id == cx.tool_use_id)
+            .ok_or_else(|| ToolError::new("no row for this call"))?;
+        Ok(json!({
+            "request_input": mine.request_input,
+            "final_input": mine.final_input,
+            "intent": mine.intent_ms.is_some(),
+            "outcome": mine.outcome,
+        }))
+    }
+}
+
+/// Rewrites the probe's input on PreToolUse.
+struct PreRewrite;
+
+#[async_trait]
+impl Hook for PreRewrite {
+    fn name(&self) -> &str {
+        "pre-rewrite"
+    }
+    fn options(&self) -> HookOptions {
+        HookOptions::new().events([EventKind::PreToolUse])
+    }
+    async fn pre_tool_use(&self, _: &HookCx, ev: &PreToolUse) -> HookResult<PreToolUseAction> {
+        let mut input = ev.tool_input.clone();
+        input["step"] = json!("pre");
+        Ok(PreToolUseAction::proceed().with_input(input).into())
+    }
+}
+
+/// Answers the probe's permission prompt with a rewritten input.
+struct AskRewrite;
+
+#[async_trait]
+impl Hook for AskRewrite {
+    fn name(&self) -> &str {
+        "ask-rewrite"
+    }
+    fn options(&self) -> HookOptions {
+        HookOptions::new().events([EventKind::PermissionRequest])
+    }
+    async fn permission_request(
+        &self,
+        _: &HookCx,
+        ev: &PermissionRequest,
+    ) -> HookResult<PermissionAction> {
+        let mut input = ev.tool_input.clone();
+        input["step"] = json!("permission");
+        Ok(PermissionAction::allow_with_input(input, "rewritten at the prompt").into())
+    }
+}
+
+/// The durable intent stores the input that runs, after a PreToolUse rewrite and a
+/// PermissionRequest rewrite, beside the one the model asked for; it is committed before the
+/// tool runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_durable_intent_stores_the_rewritten_input_that_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.sqlite");
+    let log = AuditLog::open(&db, AuditMode::Durable).unwrap();
+    let provider = ScriptedProvider::new()
+        .turn(ScriptTurn::text("probe").call_with_id("p1", "probe", json!({ "asked": true })))
+        .turn(ScriptTurn::text("done"));
+    let probe_db = db.clone();
+    let result = run_session(&log, provider, move |b| {
+        b.tool(Probe { db: probe_db })
+            .hook(PreRewrite)
+            .hook(AskRewrite)
+            .permissions(PermissionConfig {
+                global: RuleSet::new().ask("probe").unwrap(),
+                ..Default::default()
+            })
+    })
+    .await;
+    let call = &result.calls[0];
+    assert!(call.executed, "{call:?}");
+    let seen: serde_json::Value = serde_json::from_str(&call.content).unwrap();
+    let ran = json!({ "asked": true, "step": "permission" });
+    assert_eq!(
+        seen["intent"], true,
+        "the intent was committed before the tool ran"
+    );
+    assert_eq!(seen["outcome"], serde_json::Value::Null);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(seen["final_input"].as_str().unwrap()).unwrap(),
+        ran
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(seen["request_input"].as_str().unwrap()).unwrap(),
+        json!({ "asked": true })
+    );
+    let row = AuditDb::open(&db).unwrap().call("p1").unwrap().unwrap();
+    assert_eq!(row.outcome.as_deref(), Some("ok"));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(row.final_input.as_deref().unwrap()).unwrap(),
+        ran
+    );
+}
+
+/// A log, its WAL and its shared-memory file are created 0600.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_log_and_its_wal_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    for mode in [AuditMode::BestEffort, AuditMode::Durable] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit.sqlite");
+        let log = AuditLog::open(&db, mode).unwrap();
+        let provider = ScriptedProvider::new()
+            .turn(ScriptTurn::text("a").call("read_file", json!({ "path": "a.txt" })))
+            .turn(ScriptTurn::text("done"));
+        // Check while the log is open: the WAL and shm files exist then.
+        let files = ["audit.sqlite", "audit.sqlite-wal", "audit.sqlite-shm"];
+        let agent = Agent::builder().provider(provider).build().await.unwrap();
+        log.install(agent.bus()).await.unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("a.txt"), "A").unwrap();
+        let session = agent
+            .open_session(SessionOptions::new(ws.path()).id("s"))
+            .await
+            .unwrap();
+        session.run_turn("go").await.unwrap();
+        session.close().await.unwrap();
+        agent.shutdown(Duration::from_secs(5)).await;
+        for name in files {
+            let meta = std::fs::metadata(dir.path().join(name))
+                .unwrap_or_else(|e| panic!("{mode:?} {name}: {e}"));
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{mode:?} {name}");
+        }
+        log.close().await;
+    }
+}
+
+/// A crafted log whose `sessions` is a recursive view: a clear error within a second, from the
+/// library and from `hookbus audit`; and a query past its time limit is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crafted_log_gives_a_clear_error_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.sqlite");
+    let log = AuditLog::open(&db, AuditMode::BestEffort).unwrap();
+    log.close().await;
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(
+        "DROP TABLE sessions;
+         CREATE VIEW sessions AS
+             WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r)
+             SELECT n AS id, NULL AS parent_id, NULL AS cwd, n AS started_ms, NULL AS ended_ms,
+                    NULL AS end_reason
+             FROM r;",
+    )
+    .unwrap();
+    drop(conn);
+    let started = std::time::Instant::now();
+    let err = AuditDb::open(&db).unwrap_err().to_string();
+    assert!(err.contains("`sessions` is a view, not a table"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_hookbus"))
+        .args(["audit", "--db", db.to_str().unwrap(), "sessions"])
+        .output()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is a view, not a table") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+
+    // A sound log with a query that takes longer than its limit: stopped, said so.
+    let db = dir.path().join("big.sqlite");
+    let log = AuditLog::open(&db, AuditMode::BestEffort).unwrap();
+    log.close().await;
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 20000)
+         INSERT INTO hook_failures (session_id, hook, event, status) SELECT n, 'h', 'e', 's' FROM r;",
+    )
+    .unwrap();
+    drop(conn);
+    let mut audit = AuditDb::open(&db).unwrap();
+    assert!(audit.integrity_ok().unwrap());
+    audit.set_query_limit(Duration::ZERO);
+    let err = audit.integrity_ok().unwrap_err().to_string();
+    assert!(
+        err.contains("ran longer than 0 ms and was stopped"),
+        "{err}"
+    );
 }

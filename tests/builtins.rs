@@ -40,7 +40,7 @@ async fn timing_hook_pairs_interleaved_calls() {
     a.dispatch(post_for("2")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
     a.dispatch(post_for("1")).await.unwrap();
-    let t = timing.timings();
+    let t = timing.recent();
     assert_eq!(t.len(), 2);
     assert_eq!(
         (t[0].tool_use_id.as_str(), t[0].elapsed),

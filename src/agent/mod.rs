@@ -163,9 +163,10 @@ impl AgentBuilder {
         self.approver = approver;
         self
     }
-    /// How long the approver may take (default 60 s; then Deny with source `timeout`).
+    /// How long the approver may take (default 60 s; then Deny with source `timeout`). At most
+    /// [`MAX_TIMEOUT`](crate::bounds::MAX_TIMEOUT) (24 h; longer is clamped).
     pub fn approval_timeout(mut self, timeout: Duration) -> Self {
-        self.approval_timeout = timeout;
+        self.approval_timeout = crate::bounds::clamp_timeout(timeout);
         self
     }
     /// The model (default: an empty [`ScriptedProvider`]).

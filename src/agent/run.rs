@@ -260,7 +260,7 @@ impl SessionLoop {
             let answer = tokio::select! {
                 biased;
                 _ = t.cancel.cancelled() => Err(ProviderError::Cancelled),
-                answer = AssertUnwindSafe(self.shared.provider.complete(request, &t.cancel)).catch_unwind() => {
+                answer = AssertUnwindSafe(crate::panics::Contained::new(self.shared.provider.complete(request, &t.cancel))).catch_unwind() => {
                     answer.unwrap_or_else(|panic| Err(ProviderError::Other(format!(
                         "the provider panicked: {}", panic_message(panic.as_ref())
                     ))))

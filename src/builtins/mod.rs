@@ -2,8 +2,7 @@
 //!
 //! * [`LoggingHook`]: stateless, logs every event (seed 000).
 //! * [`TimingHook`]: pairs `PreToolUse` and `PostToolUse` by tool-use id, under concurrent calls
-//!   (seed 000).
-
+//!   (seed 000), into latency histograms of bounded size.
 //! * [`MetricsHook`]: counts and latency percentiles per event, hook and tool, shared with the
 //!   runtime's own figures.
 //! * [`ContextDeduplicator`]: drops repeated contexts within one `<system-reminder>`.
@@ -18,7 +17,9 @@ mod metrics;
 mod timing;
 
 #[cfg(feature = "audit")]
-pub use audit::{AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRecord};
+pub use audit::{
+    AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRecord, DEFAULT_QUERY_LIMIT,
+};
 
 /// The audit log under the name seed 002 gives it.
 #[cfg(feature = "audit")]
@@ -26,4 +27,7 @@ pub type AuditLogHook = AuditLog;
 pub use dedup::ContextDeduplicator;
 pub use logging::{LogSink, LoggingHook};
 pub use metrics::MetricsHook;
-pub use timing::{TimingHook, ToolTiming};
+pub use timing::{
+    TimingHook, TimingStats, ToolTiming, DEFAULT_MAX_OPEN_TIMERS, DEFAULT_MAX_TOOLS,
+    DEFAULT_RECENT, OTHER_TOOLS,
+};

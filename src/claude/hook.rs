@@ -132,6 +132,10 @@ impl Hook for ClaudeHook {
         let mut options = HookOptions::new()
             .events([h.event])
             .timeout(h.timeout + Duration::from_secs(2));
+        // Should the backstop ever fire, `onFailure: "block"` still blocks.
+        if h.on_failure_block {
+            options = options.fail_closed();
+        }
         // One group: let the dispatcher skip non-matching events without a message. Several
         // groups (a de-duplicated handler): every event comes in and `applies` decides.
         if let [only] = h.occurrences.as_slice() {

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::hook::{HandlerRun, REPORT_KEY};
 use super::settings::{ClaudeSettings, CompatOptions};
+use crate::bounds::{MAX_TRANSCRIPT_BYTES, MAX_TRANSCRIPT_LINE_BYTES};
 use crate::bus::Bus;
 use crate::error::Error;
 use crate::event::*;
@@ -70,23 +71,82 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    /// Reads a transcript file; a malformed line is an error naming its line number.
+    /// Reads a transcript file line by line; a malformed line is an error naming its line
+    /// number, and so is a line longer than [`MAX_TRANSCRIPT_LINE_BYTES`] or a file larger than
+    /// [`MAX_TRANSCRIPT_BYTES`] (read no further).
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        Self::parse(&text, &path.display().to_string())
+        use std::io::{BufRead, BufReader, Read};
+        let origin = path.display().to_string();
+        let io = |message: String| Error::Io {
+            path: origin.clone(),
+            message,
+        };
+        let file = std::fs::File::open(path).map_err(|e| io(e.to_string()))?;
+        let mut reader = BufReader::new(file);
+        let mut parser = Parser::default();
+        let mut buf = Vec::new();
+        let mut total = 0u64;
+        for n in 1.. {
+            buf.clear();
+            let read = (&mut reader)
+                .take(MAX_TRANSCRIPT_LINE_BYTES as u64 + 2)
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| io(e.to_string()))?;
+            if read == 0 {
+                break;
+            }
+            total += read as u64;
+            if total > MAX_TRANSCRIPT_BYTES {
+                return Err(io(format!(
+                    "larger than {MAX_TRANSCRIPT_BYTES} bytes, the limit for a transcript"
+                )));
+            }
+            let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let bad = |message: String| Error::InvalidTranscript {
+                path: origin.clone(),
+                line: n,
+                message,
+            };
+            if line.len() > MAX_TRANSCRIPT_LINE_BYTES {
+                return Err(bad(format!(
+                    "longer than {MAX_TRANSCRIPT_LINE_BYTES} bytes, the limit for a line"
+                )));
+            }
+            let text = std::str::from_utf8(line).map_err(|e| bad(format!("not UTF-8: {e}")))?;
+            parser.line(n, text, &origin)?;
+        }
+        Ok(parser.done())
     }
 
     /// Parses transcript text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, Error> {
-        let mut t = Transcript::default();
-        let mut by_message_id: HashMap<String, usize> = HashMap::new();
+        let mut parser = Parser::default();
         for (i, line) in text.lines().enumerate() {
-            let n = i + 1;
+            parser.line(i + 1, line, origin)?;
+        }
+        Ok(parser.done())
+    }
+}
+
+/// A transcript being read, line by line.
+#[derive(Default)]
+struct Parser {
+    t: Transcript,
+    by_message_id: HashMap<String, usize>,
+}
+
+impl Parser {
+    fn done(self) -> Transcript {
+        self.t
+    }
+
+    /// Takes line `n`.
+    fn line(&mut self, n: usize, line: &str, origin: &str) -> Result<(), Error> {
+        let Self { t, by_message_id } = self;
+        {
             if line.trim().is_empty() {
-                continue;
+                return Ok(());
             }
             let bad = |message: String| Error::InvalidTranscript {
                 path: origin.to_owned(),
@@ -196,7 +256,7 @@ impl Transcript {
                 _ => {}
             }
         }
-        Ok(t)
+        Ok(())
     }
 }
 

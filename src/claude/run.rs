@@ -2,15 +2,15 @@
 //! parent-side.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::settings::{expand_project_dir, HandlerKind};
-use crate::process::{Captured, GroupGuard, Output};
+use crate::bounds::deadline_after;
+use crate::process::run::Ended;
+use crate::process::{self, Captured};
 
 /// How a handler run ended, before its output is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +56,8 @@ pub(crate) async fn run(kind: &HandlerKind, cx: RunCx<'_>) -> (Raw, Duration) {
 }
 
 async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> Raw {
+    // One deadline for spawn, run and output collection.
+    let deadline = deadline_after(Instant::now(), cx.timeout);
     let dir = Some(cx.project_dir);
     let mut cmd = match args {
         // Exec form: no shell; the project dir is substituted as plain text.
@@ -73,51 +75,26 @@ async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> 
     };
     cmd.current_dir(cx.cwd)
         .env("CLAUDE_PROJECT_DIR", cx.project_dir)
-        .env("CLAUDECODE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
+        .env("CLAUDECODE", "1");
+    let running = match process::run::spawn(&mut cmd, true) {
+        Ok(running) => running,
         Err(e) => return Raw::SpawnError(format!("cannot start `{command}`: {e}")),
     };
-    let guard = GroupGuard::new(child.id());
-    // Writing stdin, reading stdout and stderr all run beside the wait: a child that never reads
-    // its input, or prints without end, cannot stall the deadline. EPIPE (the child exited
-    // without reading) is not an error.
-    if let Some(mut stdin) = child.stdin.take() {
-        let input = cx.input.to_vec();
-        tokio::spawn(async move {
-            let _ = stdin.write_all(&input).await;
-            let _ = stdin.shutdown().await;
-        });
-    }
-    let output = Output::read(&mut child, cx.cap);
-    let status = tokio::select! {
-        status = child.wait() => Some(status),
-        _ = tokio::time::sleep(cx.timeout) => None,
-        _ = cx.cancel.cancelled() => {
-            guard.kill();
-            return Raw::Cancelled;
-        }
-    };
-    // The group goes now: on timeout, and also background leftovers of a finished hook, so the
-    // pipes close and the reads end.
-    guard.kill();
-    let Some(status) = status else {
-        return Raw::Timeout;
-    };
-    let code = match status {
-        Ok(s) => s.code(),
-        Err(e) => return Raw::SpawnError(format!("waiting for `{command}`: {e}")),
-    };
-    let (stdout, stderr) = output.collect().await;
-    Raw::Exited {
-        code,
-        stdout,
-        stderr,
+    // The child's exit status is the answer as soon as it exits; see `process::run` for what
+    // happens to what it leaves behind.
+    match running.finish(cx.input, cx.cap, deadline, cx.cancel).await {
+        Ended::Exited {
+            status,
+            stdout,
+            stderr,
+        } => Raw::Exited {
+            code: status.code(),
+            stdout,
+            stderr,
+        },
+        Ended::TimedOut { .. } => Raw::Timeout,
+        Ended::Cancelled => Raw::Cancelled,
+        Ended::WaitFailed(e) => Raw::SpawnError(format!("waiting for `{command}`: {e}")),
     }
 }
 
@@ -155,15 +132,30 @@ async fn http_run(
     for (name, value) in headers {
         request = request.header(name, expand_header(value, allowed));
     }
+    let cap = cx.cap;
     let call = async {
-        let response = request.send().await.map_err(|e| e.to_string())?;
+        let mut response = request.send().await.map_err(|e| e.to_string())?;
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| e.to_string())?;
-        Ok::<_, String>((status, body))
+        if !status.is_success() {
+            return Ok((status, Body::Kept(Vec::new())));
+        }
+        // The reply is read in chunks up to the cap (SEC-4): a larger one is not read further.
+        if response.content_length().is_some_and(|n| n > cap as u64) {
+            return Ok((status, Body::TooLarge));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+            if body.len() + chunk.len() > cap {
+                return Ok((status, Body::TooLarge));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok::<_, String>((status, Body::Kept(body)))
     };
+    let deadline = deadline_after(Instant::now(), cx.timeout);
     let answer = tokio::select! {
         answer = call => answer,
-        _ = tokio::time::sleep(cx.timeout) => return Raw::Timeout,
+        _ = tokio::time::sleep_until(deadline) => return Raw::Timeout,
         _ = cx.cancel.cancelled() => return Raw::Cancelled,
     };
     match answer {
@@ -171,7 +163,18 @@ async fn http_run(
         Ok((status, _)) if !status.is_success() => {
             Raw::HttpError(format!("POST {url} answered {status}"))
         }
-        Ok((_, body))
+        Ok((_, Body::TooLarge)) => {
+            tracing::warn!(
+                url,
+                cap,
+                "an HTTP hook's reply is larger than the cap; not used"
+            );
+            Raw::HttpError(format!(
+                "POST {url} answered more than {cap} bytes; the reply was cut there and is not \
+                 used"
+            ))
+        }
+        Ok((_, Body::Kept(body)))
             if !body.iter().all(u8::is_ascii_whitespace)
                 && !serde_json::from_slice::<serde_json::Value>(&body)
                     .is_ok_and(|v| v.is_object()) =>
@@ -180,18 +183,23 @@ async fn http_run(
                 "POST {url} answered a body that is not a JSON object"
             ))
         }
-        Ok((_, body)) => {
-            let kept = body.len().min(cx.cap);
-            Raw::Exited {
-                code: Some(0),
-                stdout: Captured {
-                    bytes: body[..kept].to_vec(),
-                    total: body.len(),
-                },
-                stderr: Captured::default(),
-            }
-        }
+        Ok((_, Body::Kept(body))) => Raw::Exited {
+            code: Some(0),
+            stdout: Captured {
+                total: body.len(),
+                bytes: body,
+            },
+            stderr: Captured::default(),
+        },
     }
+}
+
+/// An HTTP hook's reply body.
+enum Body {
+    /// All of it (within the cap).
+    Kept(Vec<u8>),
+    /// More than the cap; the rest was not read.
+    TooLarge,
 }
 
 #[cfg(test)]

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::bounds::{
+    clamp_timeout, read_to_string_capped, timeout_from_secs, MAX_SETTINGS_BYTES, MAX_TIMEOUT,
+};
 use crate::error::Error;
 use crate::event::EventKind;
 use crate::filter::NamePattern;
@@ -19,8 +22,9 @@ pub struct CompatOptions {
     /// `CLAUDE_PROJECT_DIR` for hooks (default: the session's cwd).
     pub project_dir: Option<PathBuf>,
     /// Timeout of a handler without its own (default 600 s; 60 s before Claude Code 2.1.3).
+    /// At most [`MAX_TIMEOUT`] (24 h), like a handler's own `timeout`: longer is clamped.
     pub default_timeout: Duration,
-    /// Timeout of a UserPromptSubmit handler without its own (default 30 s).
+    /// Timeout of a UserPromptSubmit handler without its own (default 30 s, at most 24 h).
     pub prompt_timeout: Duration,
     /// Claude Code 2.0.76: valid JSON output decides even on exit 2 (default false: exit 2
     /// blocks whatever the JSON says).
@@ -28,8 +32,9 @@ pub struct CompatOptions {
     /// Claude Code 2.0.76: on PreToolUse, `continue: false` without a deny lets the tool run
     /// and ends the turn after it (default false: the call does not run). Read by replay.
     pub continue_false_runs_tool: bool,
-    /// Bytes of stdout and of stderr kept per handler run; the rest is read and discarded
-    /// (default 1 MiB).
+    /// Bytes of stdout and of stderr kept per command handler run, the rest read and discarded;
+    /// and the largest HTTP handler reply read, a larger one being a non-blocking error (or a
+    /// block with `onFailure: "block"`) that is not read further (default 1 MiB).
     pub output_cap: usize,
 }
 
@@ -153,15 +158,13 @@ pub(crate) fn session_end_budget(handlers: &[Handler]) -> Duration {
 
 impl ClaudeSettings {
     /// Loads and merges settings files in order (user, project, local). A file that is not
-    /// valid JSON is an error naming it with line and column, and nothing is loaded.
+    /// valid JSON, or larger than [`MAX_SETTINGS_BYTES`], is an error naming it, and nothing is
+    /// loaded.
     pub fn load(files: &[impl AsRef<Path>], options: CompatOptions) -> Result<Self, Error> {
         let mut texts = Vec::with_capacity(files.len());
         for file in files {
             let path = file.as_ref();
-            let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
-                path: path.display().to_string(),
-                message: e.to_string(),
-            })?;
+            let text = read_to_string_capped(path, MAX_SETTINGS_BYTES, "a settings file")?;
             texts.push((path.display().to_string(), text));
         }
         Self::parse(&texts, options)
@@ -484,16 +487,28 @@ impl Loader<'_> {
                 }
             }
         }
-        let default_timeout = if event == EventKind::UserPromptSubmit {
+        let default_timeout = clamp_timeout(if event == EventKind::UserPromptSubmit {
             self.options.prompt_timeout
         } else {
             self.options.default_timeout
-        };
+        });
         let timeout = match h.get("timeout") {
             None | Some(Value::Null) => default_timeout,
-            Some(Value::Number(n)) if n.as_f64().is_some_and(|s| s > 0.0 && s.is_finite()) => {
-                Duration::from_secs_f64(n.as_f64().unwrap_or_default().min(86_400.0))
-            }
+            Some(Value::Number(n)) => match n.as_f64().map(timeout_from_secs) {
+                Some(Ok(timeout)) => timeout,
+                Some(Err(e)) if e.clamped().is_some() => {
+                    self.warn(
+                        file,
+                        &format!("{path}.timeout"),
+                        format!("{e}; {} s applies", MAX_TIMEOUT.as_secs()),
+                    );
+                    MAX_TIMEOUT
+                }
+                _ => {
+                    self.warn(file, &format!("{path}.timeout"), format!("must be a positive number of seconds, not {n}; the default {} s applies", default_timeout.as_secs()));
+                    default_timeout
+                }
+            },
             Some(other) => {
                 self.warn(file, &format!("{path}.timeout"), format!("must be a positive number of seconds, not {other}; the default {} s applies", default_timeout.as_secs()));
                 default_timeout

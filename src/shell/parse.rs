@@ -45,14 +45,14 @@ pub(super) fn levels(text: &str) -> usize {
 /// thread with a large enough stack otherwise. `None` when it panicked or no thread could start.
 pub(super) fn with_stack<T: Send>(levels: usize, analyse: impl FnOnce() -> T + Send) -> Option<T> {
     if levels <= INLINE_LEVELS {
-        return panic::catch_unwind(AssertUnwindSafe(analyse)).ok();
+        return panic::catch_unwind(AssertUnwindSafe(|| crate::panics::contained(analyse))).ok();
     }
     let stack = STACK_BASE + levels.saturating_mul(STACK_PER_LEVEL);
     std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("hookbus-shell-parse".to_owned())
             .stack_size(stack)
-            .spawn_scoped(scope, analyse)
+            .spawn_scoped(scope, || crate::panics::contained(analyse))
             .ok()?
             .join()
             .ok()

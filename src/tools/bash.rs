@@ -2,14 +2,15 @@
 //! its own process group, killed whole on timeout or cancellation.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 use super::{str_arg, Workspace};
-use crate::process::{GroupGuard, Output};
+use crate::bounds::{clamp_timeout, deadline_after};
+use crate::process::{self, run::Ended};
 use crate::sandbox::{self, KernelSupport, Prepared, Sandbox, SandboxPolicy};
 use crate::tool::{Tool, ToolCx, ToolError};
 
@@ -31,7 +32,10 @@ pub const OUTPUT_CAP: usize = 64 * 1024;
 ///   together with the session's.
 /// * The command runs in a new process group; on timeout, cancellation, or when the call is
 ///   abandoned, the whole group gets `SIGKILL`, and so do background processes it left behind
-///   when it exits.
+///   when it exits. Processes that left the group (`setsid`) are found through `/proc` while
+///   they descend from the command or hold its output pipes, and killed too; the call answers
+///   at most a fraction of a second after the command exits or its timeout passes (see
+///   `process::run` in ARCHITECTURE.md for what escapes).
 /// * A non-zero exit status is a tool error carrying the status, stdout and stderr, and, when
 ///   sandboxed, a line naming the sandbox (so that a "Permission denied" reads as what it is).
 #[derive(Debug, Clone)]
@@ -49,9 +53,11 @@ impl Default for Bash {
 impl Bash {
     /// A `bash` tool whose commands may run this long (unless a call asks for less), under
     /// the default sandbox policy.
+    ///
+    /// At most [`MAX_TIMEOUT`](crate::bounds::MAX_TIMEOUT) (24 hours); a longer one is clamped.
     pub fn with_timeout(timeout: Duration) -> Self {
         Self {
-            timeout,
+            timeout: clamp_timeout(timeout),
             sandbox: Sandbox::default(),
         }
     }
@@ -121,19 +127,30 @@ impl Tool for Bash {
     }
     async fn execute(&self, input: Value, cx: ToolCx) -> Result<Value, ToolError> {
         let command = str_arg(&input, "command")?;
+        // `timeout_ms` is at most the tool's own timeout, whatever number the model sends.
         let limit = input
             .get("timeout_ms")
             .and_then(Value::as_u64)
             .map(Duration::from_millis)
             .map_or(self.timeout, |t| t.min(self.timeout));
+        // One deadline for preparing the sandbox, spawning, running and collecting the output.
+        let deadline = deadline_after(Instant::now(), limit);
+        let timed_out = || {
+            ToolError::new(format!(
+                "timed out after {} ms while preparing the sandbox",
+                limit.as_millis()
+            ))
+        };
         let ws = Workspace::of(&cx)?;
         let sandbox = self.sandbox();
         let root = ws.root().to_path_buf();
-        let mut prepared = tokio::task::spawn_blocking(move || sandbox.prepare(&root))
+        let preparing = tokio::task::spawn_blocking(move || sandbox.prepare(&root));
+        let mut prepared = tokio::time::timeout_at(deadline, preparing)
             .await
+            .map_err(|_| timed_out())?
             .map_err(|e| ToolError::new(format!("preparing the sandbox: {e}")))?
             .map_err(ToolError::new)?;
-        let result = run(command, ws.root(), limit, &cx, &mut prepared).await;
+        let result = run(command, ws.root(), deadline, limit, &cx, &mut prepared).await;
         // The group is dead: remove the private temp dir, off the runtime's workers.
         drop(tokio::task::spawn_blocking(move || drop(prepared)));
         result
@@ -143,47 +160,52 @@ impl Tool for Bash {
 async fn run(
     command: &str,
     cwd: &Path,
+    deadline: Instant,
     limit: Duration,
     cx: &ToolCx,
     prepared: &mut Prepared,
 ) -> Result<Value, ToolError> {
-    let mut child = {
-        let mut cmd = tokio::process::Command::new("sh");
-        cmd.arg("-c")
-            .arg(command)
-            .current_dir(cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        prepared.configure(&mut cmd);
-        cmd.spawn().map_err(|e| {
-            if prepared.is_confined() {
-                ToolError::new(format!(
-                    "cannot start sh in the sandbox: {e} (applying the confinement or executing \
-                     sh failed; a Read deny rule covering sh or its libraries ends here too)\n{}",
-                    prepared.note().unwrap_or_default()
-                ))
-            } else {
-                ToolError::new(format!("cannot start sh: {e}"))
-            }
-        })?
-    };
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c").arg(command).current_dir(cwd);
+    prepared.configure(&mut cmd);
+    let running = process::run::spawn(&mut cmd, false).map_err(|e| {
+        if prepared.is_confined() {
+            ToolError::new(format!(
+                "cannot start sh in the sandbox: {e} (applying the confinement or executing \
+                 sh failed; a Read deny rule covering sh or its libraries ends here too)\n{}",
+                prepared.note().unwrap_or_default()
+            ))
+        } else {
+            ToolError::new(format!("cannot start sh: {e}"))
+        }
+    })?;
     prepared.spawned();
-    let guard = GroupGuard::new(child.id());
-    let output = Output::read(&mut child, OUTPUT_CAP);
-    let status = tokio::select! {
-        status = child.wait() => status.map_err(|e| ToolError::new(format!("waiting for sh: {e}"))),
-        _ = cx.cancel.cancelled() => Err(ToolError::new("interrupted: the command was cancelled and its process group killed")),
-        _ = tokio::time::sleep(limit) => Err(ToolError::new(format!(
-            "timed out after {} ms; the command's process group was killed", limit.as_millis()
-        ))),
+    let (status, stdout, stderr) = match running.finish(&[], OUTPUT_CAP, deadline, &cx.cancel).await
+    {
+        Ended::Exited {
+            status,
+            stdout,
+            stderr,
+        } => (status, stdout, stderr),
+        Ended::Cancelled => {
+            return Err(ToolError::new(
+                "interrupted: the command was cancelled and its process group killed",
+            ))
+        }
+        Ended::TimedOut { stdout, stderr } => {
+            let mut message = format!(
+                "timed out after {} ms; the command's process group was killed",
+                limit.as_millis()
+            );
+            for (name, out) in [("stdout", stdout), ("stderr", stderr)] {
+                if out.total > 0 {
+                    message.push_str(&format!("\n{name} so far:\n{}", out.text_with_note()));
+                }
+            }
+            return Err(ToolError::new(message));
+        }
+        Ended::WaitFailed(e) => return Err(ToolError::new(format!("waiting for sh: {e}"))),
     };
-    // Kill the group now (also background leftovers), so the pipes close and the reads end.
-    guard.kill();
-    let status = status?;
-    let (stdout, stderr) = output.collect().await;
     let (stdout, stderr) = (stdout.text_with_note(), stderr.text_with_note());
     let code = status.code();
     if status.success() {

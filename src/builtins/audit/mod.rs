@@ -6,9 +6,14 @@
 //! [`AuditMode::BestEffort`] (default) the log is an observer and records are written
 //! asynchronously; none is lost on a clean shutdown ([`AuditLog::close`] drains them). In
 //! [`AuditMode::Durable`] (seed 004) the intent of each tool call is committed with
-//! `synchronous=FULL` *before* the tool runs, by a fail-closed PreToolUse gate: no durable intent,
-//! no call; its outcome is committed before the call's Post event completes. After a crash, calls with an intent and no outcome are reported as in doubt
+//! `synchronous=FULL` right *before* the tool runs, with the input that will run (after every
+//! hook, permission and `PermissionRequest` rewrite) beside the one requested, failing closed:
+//! no durable intent, no call; its outcome is committed before the call's Post event
+//! completes. After a crash, calls with an intent and no outcome are reported as in doubt
 //! ([`AuditDb::in_doubt`]) — never re-run.
+//!
+//! Each call is a row of its own, keyed by (session, turn, `tool_use_id`, attempt): calls that
+//! share an id (within a turn: attempts 1, 2, …) never merge. A log it creates is mode 0600.
 
 mod read;
 mod schema;
@@ -25,7 +30,7 @@ use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-pub use read::{AuditDb, CallRecord, SessionRecord};
+pub use read::{AuditDb, CallRecord, SessionRecord, DEFAULT_QUERY_LIMIT};
 use writer::{Record, WriterMsg};
 
 use crate::action::{HookResult, PostToolUseAction, PreToolUseAction};
@@ -33,6 +38,7 @@ use crate::bus::Bus;
 use crate::error::Error;
 use crate::error::HookError;
 use crate::event::*;
+use crate::execution::{ExecutionGate, ExecutionIntent};
 use crate::hook::{Hook, HookCx, HookOptions};
 use crate::observer::{Observer, ObserverOptions};
 
@@ -97,8 +103,12 @@ fn audit_error(path: &Path, message: impl std::fmt::Display) -> Error {
 impl AuditLog {
     /// Opens (creating it and its schema on first use, migrating older versions) the log at
     /// `path` and starts its writer.
+    ///
+    /// A log it creates is mode 0600 (so are its `-wal` and `-shm` files, which SQLite creates
+    /// with the database's mode); an existing file keeps its mode.
     pub fn open(path: impl AsRef<Path>, mode: AuditMode) -> Result<Self, Error> {
         let path = path.as_ref().to_path_buf();
+        create_private(&path).map_err(|e| audit_error(&path, e))?;
         let mut conn = Connection::open(&path).map_err(|e| audit_error(&path, e))?;
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(|e| audit_error(&path, e))?;
@@ -147,7 +157,12 @@ impl AuditLog {
 
     fn send(&self, record: Record, ack: Option<oneshot::Sender<Result<(), String>>>) -> bool {
         match &*self.inner.tx.lock() {
-            Some(tx) => tx.send(WriterMsg::Write { record, ack }).is_ok(),
+            Some(tx) => tx
+                .send(WriterMsg::Write {
+                    record: Box::new(record),
+                    ack,
+                })
+                .is_ok(),
             None => false,
         }
     }
@@ -171,6 +186,7 @@ impl AuditLog {
         }));
         if self.inner.mode == AuditMode::Durable {
             bus.register(IntentGate { log: self.clone() }).await?;
+            bus.add_execution_gate(Arc::new(IntentGate { log: self.clone() }));
         }
         Ok(())
     }
@@ -189,6 +205,21 @@ impl AuditLog {
             written: self.inner.written.load(Ordering::Relaxed),
             failed: self.inner.failed.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// Creates `path` empty with mode 0600 unless it exists.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -253,14 +284,15 @@ fn record_of(env: &Envelope) -> Option<Record> {
         },
         Event::PreToolUse(e) => Record::Request {
             session_id,
+            turn: env.turn,
             tool_use_id: e.tool_use_id.clone(),
             tool_name: e.tool_name.clone(),
             input: e.tool_input.to_string(),
             at_ms,
-            intent: false,
         },
         Event::PermissionDenied(e) => Record::Denied {
             session_id,
+            turn: env.turn,
             tool_use_id: e.tool_use_id.clone(),
             tool_name: e.tool_name.clone(),
             input: e.tool_input.to_string(),
@@ -276,8 +308,14 @@ fn record_of(env: &Envelope) -> Option<Record> {
         },
         Event::PostToolUse(e) => Record::Outcome {
             session_id,
+            turn: env.turn,
             tool_use_id: e.tool_use_id.clone(),
             tool_name: e.tool_name.clone(),
+            requested: e
+                .original_input
+                .as_ref()
+                .unwrap_or(&e.tool_input)
+                .to_string(),
             final_input: e.tool_input.to_string(),
             is_error: false,
             preview: preview(&e.tool_response),
@@ -286,8 +324,14 @@ fn record_of(env: &Envelope) -> Option<Record> {
         },
         Event::PostToolUseFailure(e) => Record::Outcome {
             session_id,
+            turn: env.turn,
             tool_use_id: e.tool_use_id.clone(),
             tool_name: e.tool_name.clone(),
+            requested: e
+                .original_input
+                .as_ref()
+                .unwrap_or(&e.tool_input)
+                .to_string(),
             final_input: e.tool_input.to_string(),
             is_error: true,
             preview: e.error.chars().take(PREVIEW).collect(),
@@ -303,27 +347,47 @@ fn record_of(env: &Envelope) -> Option<Record> {
     })
 }
 
-/// Durable mode's gate: a call's intent is committed before the PreToolUse gate answers (it
-/// fails closed: no durable intent, no call), and its outcome or denial is committed before the
-/// call's Post event completes, so the log follows the calls in order.
+/// Durable mode's gate. At `PreToolUse` it queues the request (a new attempt of the call);
+/// right before the tool runs (an execution gate, after every hook, permission and
+/// `PermissionRequest` rewrite) it commits the intent with the input that will run, failing
+/// closed: no durable intent, no call; the outcome or denial is committed before the call's
+/// Post event completes, so the log follows the calls in order.
 struct IntentGate {
     log: AuditLog,
 }
 
 impl IntentGate {
-    async fn commit(&self, env: &Envelope) -> Result<(), String> {
-        let Some(mut record) = record_of(env) else {
-            return Ok(());
-        };
-        if let Record::Request { intent, .. } = &mut record {
-            *intent = true;
-        }
+    async fn commit(&self, record: Record) -> Result<(), String> {
         let (ack, wait) = oneshot::channel();
         if !self.log.send(record, Some(ack)) {
             return Err("the audit log is closed".into());
         }
         wait.await
             .map_err(|_| "the audit writer stopped".to_owned())?
+    }
+
+    async fn commit_event(&self, env: &Envelope) -> Result<(), String> {
+        match record_of(env) {
+            Some(record) => self.commit(record).await,
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl ExecutionGate for IntentGate {
+    async fn before_execution(&self, intent: &ExecutionIntent<'_>) -> Result<(), String> {
+        self.commit(Record::Intent {
+            session_id: intent.session_id.to_owned(),
+            turn: intent.turn,
+            tool_use_id: intent.tool_use_id.to_owned(),
+            tool_name: intent.tool_name.to_owned(),
+            requested: intent.requested.to_string(),
+            input: intent.input.to_string(),
+            at_ms: now_ms(),
+        })
+        .await
+        .map_err(|e| format!("the audit intent of this call could not be made durable: {e}"))
     }
 }
 
@@ -344,20 +408,25 @@ impl Hook for IntentGate {
             .timeout(Duration::from_secs(10))
     }
     async fn pre_tool_use(&self, cx: &HookCx, _: &PreToolUse) -> HookResult<PreToolUseAction> {
-        Ok(match self.commit(cx.envelope()).await {
-            Ok(()) => PreToolUseAction::proceed().into(),
-            Err(e) => PreToolUseAction::block(format!(
-                "the audit intent of this call could not be made durable: {e}"
-            ))
-            .into(),
+        // Queued in order before the intent; what must be durable is the intent.
+        let queued = record_of(cx.envelope()).is_none_or(|r| self.log.send(r, None));
+        Ok(if queued {
+            PreToolUseAction::proceed().into()
+        } else {
+            PreToolUseAction::block("the audit log is closed; no call runs without its intent")
+                .into()
         })
     }
     async fn permission_denied(&self, cx: &HookCx, _: &PermissionDenied) -> HookResult<()> {
-        self.commit(cx.envelope()).await.map_err(HookError::new)?;
+        self.commit_event(cx.envelope())
+            .await
+            .map_err(HookError::new)?;
         Ok(().into())
     }
     async fn post_tool_use(&self, cx: &HookCx, _: &PostToolUse) -> HookResult<PostToolUseAction> {
-        self.commit(cx.envelope()).await.map_err(HookError::new)?;
+        self.commit_event(cx.envelope())
+            .await
+            .map_err(HookError::new)?;
         Ok(PostToolUseAction::keep().into())
     }
     async fn post_tool_use_failure(
@@ -365,7 +434,9 @@ impl Hook for IntentGate {
         cx: &HookCx,
         _: &PostToolUseFailure,
     ) -> HookResult<PostToolUseAction> {
-        self.commit(cx.envelope()).await.map_err(HookError::new)?;
+        self.commit_event(cx.envelope())
+            .await
+            .map_err(HookError::new)?;
         Ok(PostToolUseAction::keep().into())
     }
 }

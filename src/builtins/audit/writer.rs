@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
 /// Most records committed in one transaction.
@@ -24,18 +24,29 @@ pub(crate) enum Record {
         reason: String,
         at_ms: u64,
     },
-    /// A tool call was requested (PreToolUse); with `intent`, it must be durable before the tool
-    /// runs.
+    /// A tool call was requested (PreToolUse): a new row, the next attempt of its
+    /// (session, turn, tool_use_id).
     Request {
         session_id: String,
+        turn: u32,
         tool_use_id: String,
         tool_name: String,
         input: String,
         at_ms: u64,
-        intent: bool,
+    },
+    /// A call is about to run with `input` (durable mode): must be committed before it runs.
+    Intent {
+        session_id: String,
+        turn: u32,
+        tool_use_id: String,
+        tool_name: String,
+        requested: String,
+        input: String,
+        at_ms: u64,
     },
     Denied {
         session_id: String,
+        turn: u32,
         tool_use_id: String,
         tool_name: String,
         input: String,
@@ -47,8 +58,10 @@ pub(crate) enum Record {
     },
     Outcome {
         session_id: String,
+        turn: u32,
         tool_use_id: String,
         tool_name: String,
+        requested: String,
         final_input: String,
         is_error: bool,
         preview: String,
@@ -68,11 +81,72 @@ pub(crate) enum Record {
 pub(crate) enum WriterMsg {
     /// Write; `ack` hears back once the record's transaction committed.
     Write {
-        record: Record,
+        record: Box<Record>,
         ack: Option<oneshot::Sender<Result<(), String>>>,
     },
     /// Commit what is pending and stop.
     Close(oneshot::Sender<()>),
+}
+
+/// Which call: a row is one attempt of it.
+struct Call<'a> {
+    session_id: &'a str,
+    turn: u32,
+    tool_use_id: &'a str,
+}
+
+/// A new row for `call`: its next attempt.
+fn new_call(
+    conn: &Connection,
+    call: &Call<'_>,
+    tool_name: &str,
+    request_input: &str,
+    at_ms: u64,
+) -> rusqlite::Result<i64> {
+    conn.execute(
+        "INSERT INTO tool_calls (session_id, turn, tool_use_id, attempt, tool_name, request_input, requested_ms)
+         VALUES (?1, ?2, ?3,
+                 (SELECT COALESCE(MAX(attempt), 0) + 1 FROM tool_calls
+                  WHERE session_id = ?1 AND turn = ?2 AND tool_use_id = ?3),
+                 ?4, ?5, ?6)",
+        params![call.session_id, call.turn, call.tool_use_id, tool_name, request_input, at_ms as i64],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// The row a later record of `call` belongs to: among its attempts without an outcome (and,
+/// for an intent, without an intent), the first whose requested or final input is one of
+/// `inputs`, else the oldest.
+fn open_call(
+    conn: &Connection,
+    call: &Call<'_>,
+    inputs: [&String; 2],
+    for_intent: bool,
+) -> rusqlite::Result<Option<i64>> {
+    let sql = format!(
+        "SELECT id FROM tool_calls
+         WHERE session_id = ?1 AND turn = ?2 AND tool_use_id = ?3 AND outcome IS NULL {}
+         ORDER BY (request_input IS ?4 OR final_input IS ?4
+                   OR request_input IS ?5 OR final_input IS ?5) DESC, attempt
+         LIMIT 1",
+        if for_intent {
+            "AND intent_ms IS NULL"
+        } else {
+            ""
+        }
+    );
+    conn.query_row(
+        &sql,
+        params![
+            call.session_id,
+            call.turn,
+            call.tool_use_id,
+            inputs[0],
+            inputs[1]
+        ],
+        |r| r.get(0),
+    )
+    .optional()
 }
 
 fn write(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
@@ -102,23 +176,50 @@ fn write(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
         }
         Record::Request {
             session_id,
+            turn,
             tool_use_id,
             tool_name,
             input,
             at_ms,
-            intent,
         } => {
-            let intent_ms = intent.then_some(*at_ms as i64);
+            new_call(
+                conn,
+                &Call {
+                    session_id,
+                    turn: *turn,
+                    tool_use_id,
+                },
+                tool_name,
+                input,
+                *at_ms,
+            )?;
+        }
+        Record::Intent {
+            session_id,
+            turn,
+            tool_use_id,
+            tool_name,
+            requested,
+            input,
+            at_ms,
+        } => {
+            let call = Call {
+                session_id,
+                turn: *turn,
+                tool_use_id,
+            };
+            let id = match open_call(conn, &call, [requested, input], true)? {
+                Some(id) => id,
+                None => new_call(conn, &call, tool_name, requested, *at_ms)?,
+            };
             conn.execute(
-                "INSERT INTO tool_calls (session_id, tool_use_id, tool_name, request_input, requested_ms, intent_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (session_id, tool_use_id) DO UPDATE SET
-                     intent_ms = COALESCE(tool_calls.intent_ms, excluded.intent_ms)",
-                params![session_id, tool_use_id, tool_name, input, *at_ms as i64, intent_ms],
+                "UPDATE tool_calls SET intent_ms = ?2, final_input = ?3 WHERE id = ?1",
+                params![id, *at_ms as i64, input],
             )?;
         }
         Record::Denied {
             session_id,
+            turn,
             tool_use_id,
             tool_name,
             input,
@@ -128,47 +229,63 @@ fn write(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
             reason,
             at_ms,
         } => {
+            let call = Call {
+                session_id,
+                turn: *turn,
+                tool_use_id,
+            };
+            let id = match open_call(conn, &call, [input, input], false)? {
+                Some(id) => id,
+                None => new_call(conn, &call, tool_name, input, *at_ms)?,
+            };
             conn.execute(
-                "INSERT INTO tool_calls (session_id, tool_use_id, tool_name, request_input, requested_ms,
-                                         decision, source, decided_by, reason, outcome, finished_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'not_run', ?5)
-                 ON CONFLICT (session_id, tool_use_id) DO UPDATE SET
-                     decision = excluded.decision, source = excluded.source,
-                     decided_by = excluded.decided_by, reason = excluded.reason,
-                     final_input = excluded.request_input,
-                     outcome = 'not_run', finished_ms = excluded.finished_ms",
-                params![session_id, tool_use_id, tool_name, input, *at_ms as i64, decision, source, decided_by, reason],
+                "UPDATE tool_calls SET decision = ?2, source = ?3, decided_by = ?4, reason = ?5,
+                     final_input = ?6, outcome = 'not_run', finished_ms = ?7
+                 WHERE id = ?1",
+                params![
+                    id,
+                    decision,
+                    source,
+                    decided_by,
+                    reason,
+                    input,
+                    *at_ms as i64
+                ],
             )?;
             conn.execute(
-                "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, decided_by, reason, at_ms)
-                 VALUES (?1, ?2, ?3, 'deny', ?4, ?5, ?6, ?7)",
-                params![session_id, tool_use_id, tool_name, source, decided_by, reason, *at_ms as i64],
+                "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, decided_by, reason, at_ms, call_id)
+                 VALUES (?1, ?2, ?3, 'deny', ?4, ?5, ?6, ?7, ?8)",
+                params![session_id, tool_use_id, tool_name, source, decided_by, reason, *at_ms as i64, id],
             )?;
         }
         Record::Outcome {
             session_id,
+            turn,
             tool_use_id,
             tool_name,
+            requested,
             final_input,
             is_error,
             preview,
             duration_ms,
             at_ms,
         } => {
+            let call = Call {
+                session_id,
+                turn: *turn,
+                tool_use_id,
+            };
+            let id = match open_call(conn, &call, [requested, final_input], false)? {
+                Some(id) => id,
+                None => new_call(conn, &call, tool_name, requested, *at_ms)?,
+            };
             conn.execute(
-                "INSERT INTO tool_calls (session_id, tool_use_id, tool_name, final_input, decision, outcome,
-                                         is_error, output_preview, finished_ms, duration_ms)
-                 VALUES (?1, ?2, ?3, ?4, 'allow', ?5, ?6, ?7, ?8, ?9)
-                 ON CONFLICT (session_id, tool_use_id) DO UPDATE SET
-                     final_input = excluded.final_input,
-                     decision = COALESCE(tool_calls.decision, 'allow'),
-                     outcome = excluded.outcome, is_error = excluded.is_error,
-                     output_preview = excluded.output_preview,
-                     finished_ms = excluded.finished_ms, duration_ms = excluded.duration_ms",
+                "UPDATE tool_calls SET final_input = ?2, decision = COALESCE(decision, 'allow'),
+                     outcome = ?3, is_error = ?4, output_preview = ?5, finished_ms = ?6,
+                     duration_ms = ?7
+                 WHERE id = ?1",
                 params![
-                    session_id,
-                    tool_use_id,
-                    tool_name,
+                    id,
                     final_input,
                     if *is_error { "error" } else { "ok" },
                     *is_error as i64,
@@ -178,9 +295,9 @@ fn write(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
                 ],
             )?;
             conn.execute(
-                "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, at_ms)
-                 VALUES (?1, ?2, ?3, 'allow', NULL, ?4)",
-                params![session_id, tool_use_id, tool_name, *at_ms as i64],
+                "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, at_ms, call_id)
+                 VALUES (?1, ?2, ?3, 'allow', NULL, ?4, ?5)",
+                params![session_id, tool_use_id, tool_name, *at_ms as i64, id],
             )?;
         }
         Record::HookFailure {

@@ -1,0 +1,288 @@
+//! The one child-process runner of command hooks and the `bash` tool.
+//!
+//! * The child runs in its own process group, with stdin, stdout and stderr piped; stdin is
+//!   written and both outputs read (capped) beside the wait, so a child that never reads its
+//!   input or prints without end cannot stall anything.
+//! * One deadline, taken before the spawn, covers the run: at the deadline (or on
+//!   cancellation) the child's descendants found through `/proc`, then its process group, get
+//!   `SIGKILL`, and the pipes are closed.
+//! * The direct child's exit status is the answer as soon as it exits. Its group is killed at
+//!   once (background leftovers), the pipes get a short drain ([`DRAIN`]) for what was written
+//!   before the exit; if they are still open then, a process outside the group holds them (it
+//!   left with `setsid`): those holders are found through `/proc` and killed, and after at most
+//!   [`REAP_ROUNDS`] such rounds our ends are closed whatever remains. The answer never comes
+//!   later than about [`DRAIN`] + [`REAP_ROUNDS`] × [`REAP_DRAIN`] after the exit.
+//! * Dropping a run before it ended kills the group and whatever escaped it in the same way.
+//!
+//! A descendant that left the group, closed or redirected every pipe it inherited, and lost its
+//! ancestry (its parent exited) before the answer is not found: it keeps running. That is how a
+//! daemon detaches on purpose (`setsid cmd >/dev/null 2>&1 &`).
+
+use std::future::Future;
+use std::io;
+use std::os::fd::AsFd;
+use std::pin::Pin;
+use std::process::{ExitStatus, Stdio};
+use std::task::Context;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::reap::{kill_escaped, Scope, Trace};
+use super::Captured;
+
+/// How long the pipes may stay open after the direct child exited before the processes holding
+/// them are looked for.
+pub(crate) const DRAIN: Duration = Duration::from_millis(150);
+/// How long the pipes get after each round of killing the processes that hold them.
+pub(crate) const REAP_DRAIN: Duration = Duration::from_millis(50);
+/// Rounds of looking for and killing pipe holders before our ends are closed anyway.
+pub(crate) const REAP_ROUNDS: usize = 3;
+
+/// How a run ended.
+#[derive(Debug)]
+pub(crate) enum Ended {
+    /// The direct child exited (or was killed by a signal from elsewhere).
+    Exited {
+        /// Its status.
+        status: ExitStatus,
+        /// What it wrote on stdout (capped).
+        stdout: Captured,
+        /// What it wrote on stderr (capped).
+        stderr: Captured,
+    },
+    /// The deadline passed; everything found was killed.
+    TimedOut {
+        /// What it wrote on stdout before.
+        stdout: Captured,
+        /// What it wrote on stderr before.
+        stderr: Captured,
+    },
+    /// The token fired; everything found was killed.
+    Cancelled,
+    /// Waiting for the child failed.
+    WaitFailed(io::Error),
+}
+
+/// A spawned child, not yet waited for. Dropping it kills the group and what escaped it.
+#[derive(Debug)]
+pub(crate) struct Running {
+    child: Child,
+    guard: Guard,
+}
+
+/// Spawns `command` in its own process group with piped stdio (stdin piped only when `input`
+/// will be given). The caller configures program, arguments, cwd, environment and any
+/// `pre_exec`.
+pub(crate) fn spawn(command: &mut Command, with_input: bool) -> io::Result<Running> {
+    command
+        .stdin(if with_input {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let child = command.spawn()?;
+    let pid = child.id().and_then(|id| i32::try_from(id).ok());
+    let trace = pid.map(|pid| {
+        let mut fds = Vec::new();
+        if let Some(s) = &child.stdin {
+            fds.push(s.as_fd());
+        }
+        if let Some(s) = &child.stdout {
+            fds.push(s.as_fd());
+        }
+        if let Some(s) = &child.stderr {
+            fds.push(s.as_fd());
+        }
+        Trace::of(pid, &fds)
+    });
+    Ok(Running {
+        child,
+        guard: Guard {
+            trace,
+            settled: false,
+        },
+    })
+}
+
+/// Kills the group, and on drop before the run settled, whatever escaped it.
+#[derive(Debug)]
+struct Guard {
+    trace: Option<Trace>,
+    settled: bool,
+}
+
+impl Guard {
+    fn kill_group(&self) {
+        if let Some(t) = &self.trace {
+            // ESRCH (already gone) is the common, harmless case.
+            let _ = killpg(Pid::from_raw(t.pid), Signal::SIGKILL);
+        }
+    }
+
+    /// Kills descendants and pipe holders (see [`kill_escaped`]); returns how many.
+    fn kill_escaped(&self, scope: Scope) -> usize {
+        self.trace.as_ref().map_or(0, |t| kill_escaped(t, scope))
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.kill_escaped(Scope::TreeAndPipes);
+        }
+        self.kill_group();
+    }
+}
+
+/// Reads a stream into `out` until its end, keeping `cap` bytes and counting the rest. What
+/// was read stays in `out` if the read is dropped half-way.
+async fn read_into(stream: Option<impl AsyncRead + Unpin>, out: &mut Captured, cap: usize) {
+    let Some(mut stream) = stream else {
+        return;
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Ok(n) = stream.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        out.total += n;
+        let room = cap.saturating_sub(out.bytes.len());
+        out.bytes.extend_from_slice(&buf[..n.min(room)]);
+    }
+}
+
+/// Writes `input` and closes the pipe; EPIPE (the child exited without reading) is no error.
+async fn write_all(stdin: Option<impl AsyncWrite + Unpin>, input: &[u8]) {
+    if let Some(mut stdin) = stdin {
+        let _ = stdin.write_all(input).await;
+        let _ = stdin.shutdown().await;
+    }
+}
+
+/// Polls `fut` once; true when it finished.
+fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>) -> bool {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    fut.poll(&mut cx).is_ready()
+}
+
+/// [`kill_escaped`] off the async workers (inline when the runtime cannot take blocking work).
+async fn kill_escaped_blocking(trace: Option<Trace>, scope: Scope) -> usize {
+    let Some(trace) = trace else {
+        return 0;
+    };
+    let copy = trace.clone();
+    match tokio::task::spawn_blocking(move || kill_escaped(&copy, scope)).await {
+        Ok(n) => n,
+        Err(_) => kill_escaped(&trace, scope),
+    }
+}
+
+/// Drives `io` until it ends or `until`; a last poll takes what is already buffered.
+async fn drain<F: Future + ?Sized>(mut io: Pin<&mut F>, until: Instant) -> bool {
+    if tokio::time::timeout_at(until, io.as_mut()).await.is_ok() {
+        return true;
+    }
+    poll_once(io)
+}
+
+impl Running {
+    /// Writes `input` to the child's stdin, reads its output (`cap` bytes of each stream), and
+    /// waits for it until `deadline` or `cancel`, as the module documentation describes.
+    pub async fn finish(
+        mut self,
+        input: &[u8],
+        cap: usize,
+        deadline: Instant,
+        cancel: &CancellationToken,
+    ) -> Ended {
+        let mut stdout = Captured::default();
+        let mut stderr = Captured::default();
+        let (out_pipe, err_pipe, in_pipe) = (
+            self.child.stdout.take(),
+            self.child.stderr.take(),
+            self.child.stdin.take(),
+        );
+        let phase = {
+            let io = async {
+                tokio::join!(
+                    read_into(out_pipe, &mut stdout, cap),
+                    read_into(err_pipe, &mut stderr, cap),
+                    write_all(in_pipe, input),
+                );
+            };
+            tokio::pin!(io);
+            let mut io_done = false;
+            let phase = loop {
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break Phase::Cancelled,
+                    status = self.child.wait() => break Phase::Exited(status),
+                    _ = tokio::time::sleep_until(deadline) => break Phase::Deadline,
+                    _ = &mut io, if !io_done => io_done = true,
+                }
+            };
+            match &phase {
+                Phase::Exited(_) => {
+                    // The answer stands; leftovers in the group go now, and the pipes get a
+                    // short drain for what was written before the exit.
+                    self.guard.kill_group();
+                    io_done = io_done || drain(io.as_mut(), Instant::now() + DRAIN).await;
+                }
+                Phase::Deadline | Phase::Cancelled => {
+                    // The child is alive: its whole tree, then its group.
+                    kill_escaped_blocking(self.guard.trace.clone(), Scope::TreeAndPipes).await;
+                    self.guard.kill_group();
+                    io_done = io_done || drain(io.as_mut(), Instant::now() + REAP_DRAIN).await;
+                }
+            }
+            // Still open: something outside the group holds a pipe.
+            let mut rounds = 0;
+            while !io_done && rounds < REAP_ROUNDS {
+                rounds += 1;
+                let killed = kill_escaped_blocking(self.guard.trace.clone(), Scope::Pipes).await;
+                tracing::debug!(
+                    killed,
+                    round = rounds,
+                    "killed processes holding a child's pipes"
+                );
+                io_done = drain(io.as_mut(), Instant::now() + REAP_DRAIN).await;
+            }
+            if !io_done {
+                tracing::warn!(
+                    pid = self.guard.trace.as_ref().map(|t| t.pid),
+                    "a child's pipes are still held open by a process that could not be found \
+                     or killed; closing them"
+                );
+            }
+            phase
+            // `io` drops here: our ends of the pipes close.
+        };
+        self.guard.settled = true;
+        match phase {
+            Phase::Exited(Ok(status)) => Ended::Exited {
+                status,
+                stdout,
+                stderr,
+            },
+            Phase::Exited(Err(e)) => Ended::WaitFailed(e),
+            Phase::Deadline => Ended::TimedOut { stdout, stderr },
+            Phase::Cancelled => Ended::Cancelled,
+        }
+    }
+}
+
+enum Phase {
+    Exited(io::Result<ExitStatus>),
+    Deadline,
+    Cancelled,
+}
