@@ -302,11 +302,27 @@ pub(crate) enum RegistryMsg {
     Clear(oneshot::Sender<()>),
 }
 
+/// What one session registered for itself: hooks and observers. Its snapshot merges them with
+/// the global ones; nothing of it is in the global snapshot, so opening N sessions with a session
+/// observer each is O(N).
+#[derive(Default, Clone)]
+struct SessionScope {
+    hooks: Vec<Arc<HookEntry>>,
+    observers: Vec<Arc<ObserverEntry>>,
+}
+
+impl SessionScope {
+    fn is_empty(&self) -> bool {
+        self.hooks.is_empty() && self.observers.is_empty()
+    }
+}
+
 /// The registry actor's state.
 pub(crate) struct Registry {
     global: Vec<Arc<HookEntry>>,
+    /// Global observers only: a session's own live with its hooks, in `sessions`.
     observers: Vec<Arc<ObserverEntry>>,
-    sessions: HashMap<String, Vec<Arc<HookEntry>>>,
+    sessions: HashMap<String, SessionScope>,
     published: Arc<arc_swap::ArcSwap<Snapshot>>,
     session_states: Arc<dashmap::DashMap<String, Arc<SessionShared>>>,
 }
@@ -335,34 +351,13 @@ impl Registry {
                     let _ = reply.send(self.remove_hook(scope, &name));
                 }
                 RegistryMsg::AddObserver(entry, reply) => {
-                    let result = if self.observers.iter().any(|o| o.name == entry.name) {
-                        Err(Error::DuplicateName(entry.name.clone()))
-                    } else if let Err(e) = self.check_session(entry.session.as_deref()) {
-                        Err(e)
-                    } else {
-                        self.observers.push(entry);
-                        self.publish_all()
-                    };
-                    let _ = reply.send(result);
+                    let _ = reply.send(self.add_observer(entry));
                 }
                 RegistryMsg::RemoveObserver(name, reply) => {
-                    let before = self.observers.len();
-                    self.observers.retain(|o| o.name != name);
-                    let result = if before == self.observers.len() {
-                        Err(Error::NoSuchHook(name))
-                    } else {
-                        self.publish_all()
-                    };
-                    let _ = reply.send(result);
+                    let _ = reply.send(self.remove_observer(&name));
                 }
                 RegistryMsg::DropSession(id, reply) => {
                     self.sessions.remove(&id);
-                    let before = self.observers.len();
-                    self.observers
-                        .retain(|o| o.session.as_deref() != Some(id.as_str()));
-                    if before != self.observers.len() {
-                        let _ = self.publish_all();
-                    }
                     let _ = reply.send(());
                 }
                 RegistryMsg::Clear(reply) => {
@@ -378,6 +373,53 @@ impl Registry {
                 }
             }
         }
+    }
+
+    /// Observer names are unique among the global observers and a session's own together (a
+    /// session observer may not shadow a global one, nor the reverse).
+    fn add_observer(&mut self, entry: Arc<ObserverEntry>) -> Result<(), Error> {
+        let taken = |list: &[Arc<ObserverEntry>]| list.iter().any(|o| o.name == entry.name);
+        if taken(&self.observers) {
+            return Err(Error::DuplicateName(entry.name.clone()));
+        }
+        match entry.session.clone() {
+            None => {
+                if self.sessions.values().any(|s| taken(&s.observers)) {
+                    return Err(Error::DuplicateName(entry.name.clone()));
+                }
+                self.observers.push(entry);
+                self.publish_all()
+            }
+            Some(id) => {
+                self.check_session(Some(&id))?;
+                let mut scope = self.sessions.get(&id).cloned().unwrap_or_default();
+                if taken(&scope.observers) {
+                    return Err(Error::DuplicateName(entry.name.clone()));
+                }
+                scope.observers.push(entry);
+                self.commit_session(id, scope)
+            }
+        }
+    }
+
+    /// Removes a global observer, or else the first session observer of that name.
+    fn remove_observer(&mut self, name: &str) -> Result<(), Error> {
+        let before = self.observers.len();
+        self.observers.retain(|o| o.name != name);
+        if before != self.observers.len() {
+            return self.publish_all();
+        }
+        let owner = self
+            .sessions
+            .iter()
+            .find(|(_, s)| s.observers.iter().any(|o| o.name == name))
+            .map(|(id, _)| id.clone());
+        let Some(id) = owner else {
+            return Err(Error::NoSuchHook(name.to_owned()));
+        };
+        let mut scope = self.sessions.get(&id).cloned().unwrap_or_default();
+        scope.observers.retain(|o| o.name != name);
+        self.commit_session(id, scope)
     }
 
     fn add_hook(&mut self, entry: Arc<HookEntry>) -> Result<(), Error> {
@@ -415,7 +457,11 @@ impl Registry {
     fn scope_hooks(&self, scope: Option<&str>) -> Vec<Arc<HookEntry>> {
         match scope {
             None => self.global.clone(),
-            Some(id) => self.sessions.get(id).cloned().unwrap_or_default(),
+            Some(id) => self
+                .sessions
+                .get(id)
+                .map(|s| s.hooks.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -435,22 +481,33 @@ impl Registry {
                 self.store_merged(merged);
             }
             Some(id) => {
-                let snapshot = self.merged(&self.global, &candidate)?;
-                if let Some(state) = self.session_states.get(&id) {
-                    state
-                        .hooks
-                        .store((!candidate.is_empty()).then(|| Arc::new(snapshot)));
-                }
-                self.sessions.insert(id, candidate);
+                let mut scope = self.sessions.get(&id).cloned().unwrap_or_default();
+                scope.hooks = candidate;
+                self.commit_session(id, scope)?;
             }
         }
         Ok(())
     }
 
-    fn merged(&self, global: &[Arc<HookEntry>], own: &[Arc<HookEntry>]) -> Result<Snapshot, Error> {
-        let mut all = global.to_vec();
-        all.extend(own.iter().cloned());
-        Snapshot::build(all, self.observers.clone())
+    /// Validates and publishes one session's own hooks and observers: only that session's
+    /// snapshot is rebuilt.
+    fn commit_session(&mut self, id: String, scope: SessionScope) -> Result<(), Error> {
+        let snapshot = self.merged(&self.global, &scope)?;
+        if let Some(state) = self.session_states.get(&id) {
+            state
+                .hooks
+                .store((!scope.is_empty()).then(|| Arc::new(snapshot)));
+        }
+        self.sessions.insert(id, scope);
+        Ok(())
+    }
+
+    fn merged(&self, global: &[Arc<HookEntry>], own: &SessionScope) -> Result<Snapshot, Error> {
+        let mut hooks = global.to_vec();
+        hooks.extend(own.hooks.iter().cloned());
+        let mut observers = self.observers.clone();
+        observers.extend(own.observers.iter().cloned());
+        Snapshot::build(hooks, observers)
     }
 
     fn merged_for_all(&self, global: &[Arc<HookEntry>]) -> Result<Vec<(String, Snapshot)>, Error> {
