@@ -15,8 +15,9 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
 use crate::hook::{call_hook, CallHook, Hook, HookCx, CANCEL_GRACE};
-use crate::mailbox::{Answer, Delivery, Failure};
+use crate::mailbox::{Answer, Delivery, Failure, ReplySlot};
 use crate::panics::{contained, Contained};
+use tracing::Instrument;
 
 /// One hook call with its panics caught. `Unpin` and allocation-free beyond the hook's own
 /// future, so the dispatcher can poll an inline hook in place.
@@ -68,7 +69,11 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
 /// One delivery: skipped if nobody waits any more; dropped when the dispatcher stops waiting
 /// (the hook timed out, or the turn was cancelled), which it learns from the reply slot.
 async fn serve_delivery(hook: Arc<dyn Hook>, delivery: Delivery) {
-    let Delivery { cx, reply } = delivery;
+    let Delivery { cx, reply, span } = delivery;
+    serve_in(hook, cx, reply).instrument(span).await
+}
+
+async fn serve_in(hook: Arc<dyn Hook>, cx: HookCx, reply: Option<ReplySlot>) {
     match reply {
         Some(mut slot) => {
             if slot.is_closed() {

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::action::{Action, Reply};
 use crate::actor::Serving;
@@ -121,6 +122,14 @@ impl Dispatcher {
             return Box::pin(self.close(&reason, turn, step)).await;
         }
         let env = self.envelope(event, turn, step);
+        // Hooks and observers run under this span (actors instrument each delivery with it),
+        // so their own logs nest under the dispatch that caused them. Free when nobody listens.
+        let span = tracing::debug_span!(
+            "dispatch",
+            event = %env.kind(),
+            session = %env.session_id,
+            seq = env.seq
+        );
         let snapshot = self.snapshot();
         self.count(&env);
         let (cancel, epoch) = self.shared.turn();
@@ -137,10 +146,12 @@ impl Dispatcher {
         // Observers are enqueued beside the gates (a full mailbox must not delay them); with
         // none subscribed there is nothing to join.
         let outcome = if snapshot.obs_by_event[env.kind().index()].is_empty() {
-            gates.await
+            gates.instrument(span).await
         } else {
             let observe = self.notify_observers(&snapshot, &env, &cancel);
-            let ((), outcome) = tokio::join!(observe, gates);
+            let ((), outcome) = async { tokio::join!(observe, gates) }
+                .instrument(span)
+                .await;
             outcome
         };
         self.timer = Some(timer);
@@ -194,6 +205,12 @@ impl Dispatcher {
         }
         self.closed = true;
         self.shared.closing.store(true, Ordering::Release);
+        let span =
+            tracing::debug_span!("dispatch", event = "SessionEnd", session = %self.shared.id);
+        Box::pin(self.close_in(reason, turn, step).instrument(span)).await
+    }
+
+    async fn close_in(&mut self, reason: &str, turn: u32, step: u32) -> Box<Outcome> {
         let grace = Instant::now() + self.bus.config.session_end_grace;
         let snapshot = self.snapshot();
         self.flush_observers(&snapshot, grace).await;
@@ -282,6 +299,7 @@ impl Dispatcher {
             let delivery = Delivery {
                 cx: HookCx::new(env.clone(), self.shared.scratchpad.clone(), cancel.clone()),
                 reply: None,
+                span: tracing::Span::current(),
             };
             obs.enqueue(delivery, &self.bus.metrics).await;
         }
@@ -477,6 +495,7 @@ impl Dispatcher {
         let delivery = Delivery {
             cx: self.cx(env, token),
             reply: Some(slot),
+            span: tracing::Span::current(),
         };
         Ok(match tx.try_send(delivery) {
             Ok(()) => InFlight::Reply(rx),

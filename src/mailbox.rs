@@ -68,9 +68,17 @@ impl ReplySlot {
 pub struct Delivery {
     pub(crate) cx: HookCx,
     pub(crate) reply: Option<ReplySlot>,
+    /// The dispatch's span: the hook's own `tracing` events nest under it.
+    pub(crate) span: tracing::Span,
 }
 
 impl Delivery {
+    /// The `dispatch` span of the event (session, event, sequence number): instrument the work
+    /// done for this delivery with it, and its logs nest under the dispatch that caused them.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
     /// The event.
     pub fn envelope(&self) -> &Arc<Envelope> {
         self.cx.envelope()

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use tokio::sync::mpsc::{self, error::TrySendError};
+use tracing::Instrument;
 
 use crate::actor::panic_message;
 use crate::event::{Envelope, EventKind};
@@ -224,7 +225,8 @@ pub(crate) async fn run_observer_actor(
             Some(ObserverMsg::Event(delivery)) => {
                 let env = delivery.envelope().clone();
                 let call = AssertUnwindSafe(crate::panics::Contained::new(observer.on_event(&env)))
-                    .catch_unwind();
+                    .catch_unwind()
+                    .instrument(delivery.span.clone());
                 timer.as_mut().reset(crate::bounds::deadline_after(
                     tokio::time::Instant::now(),
                     timeout,

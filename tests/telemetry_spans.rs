@@ -94,3 +94,110 @@ async fn every_hook_run_is_a_span_with_its_decision_reason_and_latency() {
     assert_eq!(span["reason"], "no rm here");
     assert!(span.contains_key("latency_us"));
 }
+
+/// Records, for each `tracing` event with a `marker` field, the names of the spans it is in.
+#[derive(Clone, Default)]
+struct Scopes(Arc<Mutex<Vec<(String, Vec<String>)>>>);
+
+impl<S> tracing_subscriber::Layer<S> for Scopes
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let mut fields = HashMap::new();
+        event.record(&mut Fields(&mut fields));
+        let Some(marker) = fields.get("marker") else {
+            return;
+        };
+        let spans = ctx
+            .event_scope(event)
+            .map(|scope| scope.map(|s| s.name().to_owned()).collect())
+            .unwrap_or_default();
+        self.0.lock().push((marker.clone(), spans));
+    }
+}
+
+/// Logs from inside its call.
+struct Chatty {
+    name: &'static str,
+    inline: bool,
+}
+
+#[async_trait]
+impl Hook for Chatty {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn options(&self) -> HookOptions {
+        let o = HookOptions::new().events([EventKind::Notification]);
+        if self.inline {
+            o.inline()
+        } else {
+            o
+        }
+    }
+    async fn notification(&self, _: &HookCx, _: &Notification) -> HookResult<()> {
+        tracing::info!(marker = self.name, "inside the hook");
+        Ok(().into())
+    }
+}
+
+/// Logs from inside `on_event`.
+struct ChattyObserver;
+
+#[async_trait]
+impl Observer for ChattyObserver {
+    fn name(&self) -> &str {
+        "chatty-observer"
+    }
+    async fn on_event(&self, _: &Arc<Envelope>) {
+        tracing::info!(marker = "observer", "inside the observer");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_hooks_own_logs_nest_under_its_dispatch_span() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let scopes = Scopes::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(scopes.clone()));
+    let bus = Bus::new();
+    bus.register(Chatty {
+        name: "actor-hook",
+        inline: false,
+    })
+    .await
+    .unwrap();
+    bus.register(Chatty {
+        name: "inline-hook",
+        inline: true,
+    })
+    .await
+    .unwrap();
+    bus.observe(ChattyObserver).await.unwrap();
+    let session = bus
+        .open_session(SessionConfig::new().id("nest"))
+        .await
+        .unwrap();
+    session
+        .dispatch(Event::Notification(Notification {
+            message: "hi".into(),
+            title: None,
+            notification_type: "idle_prompt".into(),
+        }))
+        .await
+        .unwrap();
+    session.close("done").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+    let seen = scopes.0.lock().clone();
+    for marker in ["actor-hook", "inline-hook", "observer"] {
+        let (_, spans) = seen
+            .iter()
+            .find(|(m, _)| m == marker)
+            .unwrap_or_else(|| panic!("no log from {marker} in {seen:?}"));
+        assert!(
+            spans.iter().any(|s| s == "dispatch"),
+            "{marker} logged outside its dispatch span: {spans:?}"
+        );
+    }
+}
