@@ -95,9 +95,12 @@ async fn every_hook_run_is_a_span_with_its_decision_reason_and_latency() {
     assert!(span.contains_key("latency_us"));
 }
 
+/// A log's marker and the names of the spans it was recorded in.
+type Scoped = (String, Vec<String>);
+
 /// Records, for each `tracing` event with a `marker` field, the names of the spans it is in.
 #[derive(Clone, Default)]
-struct Scopes(Arc<Mutex<Vec<(String, Vec<String>)>>>);
+struct Scopes(Arc<Mutex<Vec<Scoped>>>);
 
 impl<S> tracing_subscriber::Layer<S> for Scopes
 where
