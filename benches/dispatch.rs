@@ -9,6 +9,9 @@
 //!
 //! `idle_session_bytes` is a memory figure, reported by `hookbus bench` only.
 
+// `criterion_group!` and `criterion_main!` generate public functions without docs.
+#![allow(missing_docs)]
+
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};

@@ -53,12 +53,17 @@ pub(crate) fn contained<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// A future whose panics the caller catches: each poll runs marked as contained.
-pub(crate) struct Contained<F>(F);
+pin_project_lite::pin_project! {
+    /// A future whose panics the caller catches: each poll runs marked as contained.
+    pub(crate) struct Contained<F> {
+        #[pin]
+        inner: F,
+    }
+}
 
 impl<F> Contained<F> {
     pub(crate) fn new(inner: F) -> Self {
-        Self(inner)
+        Self { inner }
     }
 }
 
@@ -67,9 +72,7 @@ impl<F: Future> Future for Contained<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let _enter = Enter::new();
-        // SAFETY: structural pinning of the only field: it is never moved out of the pinned
-        // wrapper, which has no `Drop` of its own and is `Unpin` only when `F` is.
-        unsafe { self.map_unchecked_mut(|s| &mut s.0) }.poll(cx)
+        self.project().inner.poll(cx)
     }
 }
 

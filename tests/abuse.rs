@@ -2,6 +2,8 @@
 //! numbers as durations from every source, replies and files larger than their caps, and the
 //! TimingHook's memory over a million calls.
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -444,10 +446,7 @@ async fn duration_max_through_the_rust_api_is_clamped() {
 
 /// Resident set size of this process, in bytes.
 fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    // SAFETY: sysconf with a valid name.
-    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+    common::rss_bytes()
 }
 
 /// Serves one request with a chunked 200 reply of `size` bytes (a JSON string that never

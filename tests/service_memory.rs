@@ -11,11 +11,7 @@ use serde_json::{json, Value};
 
 /// The process's resident set, in bytes.
 fn rss() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
-    pages * page
+    common::rss_bytes()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

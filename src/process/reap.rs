@@ -14,6 +14,10 @@
 //! is skipped. Kills go through a pidfd opened before the process is checked again, so a pid
 //! reused in between is never signalled.
 
+// Unsafe code here: pidfd_open and the kill after it: system calls with no safe wrapper in our
+// dependencies. Each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

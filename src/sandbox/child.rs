@@ -4,6 +4,10 @@
 //! (another thread of the parent may have held one at `fork`). `io::Error::last_os_error` only
 //! reads `errno`.
 
+// Unsafe code here: the confinement between fork and exec: raw, async-signal-safe system calls
+// only. Each block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 

@@ -37,6 +37,10 @@
 //! Below ABI 9, pathname Unix sockets (a daemon's, say) stay reachable. The command inherits the
 //! host's environment variables. Linux only; the network filter is built for x86_64 and aarch64.
 
+// Unsafe code here: installing the pre-exec confinement (`Command::pre_exec` is unsafe). Each
+// block says why it is sound.
+#![allow(unsafe_code)]
+
 mod child;
 mod expand;
 mod landlock;

@@ -434,8 +434,7 @@ pub(crate) fn check_private_dir(path: &Path) -> Result<(), ServiceError> {
     if !meta.is_dir() {
         return Err(bad("is not a directory".into()));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me {
         return Err(bad(format!(
             "is owned by uid {}, not by the service's user (uid {me})",

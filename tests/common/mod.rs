@@ -159,3 +159,15 @@ pub fn external_available(programs: &[&str], why: &str) -> bool {
     eprintln!("{reason}");
     false
 }
+
+/// The resident set size of this process, in bytes (`VmRSS` of `/proc/self/status`).
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .expect("VmRSS in /proc/self/status")
+}
