@@ -185,7 +185,8 @@ impl Pipeline {
         self.execute_at(call, 0, 0).await
     }
 
-    /// Runs one call, dispatching its events at this turn and step.
+    /// Runs one call, dispatching its events at this turn and step: the steps of SPEC section
+    /// 6, one function each, any of which may end the call.
     pub async fn execute_at(
         &self,
         call: ToolCall,
@@ -197,222 +198,259 @@ impl Pipeline {
             .get(&call.name)
             .cloned()
             .ok_or_else(|| Error::NoSuchTool(call.name.clone()))?;
-        let cx = CallCx {
+        let mut cx = CallCx {
             pipeline: self,
             call: &call,
             kind: tool.kind(),
             turn,
             step,
             stop: Mutex::new(None),
+            input: call.input.clone(),
+            reminders: Vec::new(),
         };
-        if self.cancel.is_cancelled() {
-            return Ok(cx.result(
-                "Cancelled: the turn was cancelled before this call started".into(),
-                true,
-                CallStatus::Cancelled,
-                call.input.clone(),
-                Vec::new(),
-                None,
-            ));
+        match cx.through_permission().await? {
+            Flow::Done(result) => Ok(result),
+            Flow::Go(verdict) => cx.execute_and_post(&tool, verdict).await,
         }
-        // 1. Host deny rules on the original input: denied before any hook.
-        let early = cx.check(&call.input, HookOpinion::None, true).await;
+    }
+}
+
+/// Whether a call goes on to its next step, or ended with this result.
+enum Flow<T> {
+    Go(T),
+    Done(CallResult),
+}
+
+/// Ends the step function with the call's result when a step ended the call.
+macro_rules! step {
+    ($flow:expr) => {
+        match $flow {
+            Flow::Go(value) => value,
+            Flow::Done(result) => return Ok(Flow::Done(result)),
+        }
+    };
+}
+
+impl CallCx<'_> {
+    /// Steps 1–6: from the host deny rules to the final permission verdict, an Allow.
+    async fn through_permission(&mut self) -> Result<Flow<Verdict>, Error> {
+        step!(self.not_cancelled());
+        step!(self.host_deny_rules().await?);
+        let pre = self.pre_tool_use().await?;
+        step!(self.pre_decision(&pre).await?);
+        step!(self.not_cancelled());
+        let verdict = self.permission(&pre).await;
+        let verdict = step!(self.resolve_ask(verdict).await?);
+        step!(self.deny(&verdict).await?);
+        step!(self.not_cancelled());
+        step!(self.execution_gates(&verdict).await?);
+        Ok(Flow::Go(verdict))
+    }
+
+    /// A call the turn's cancellation stopped before its tool started: not executed, no
+    /// further event (LOOP-6).
+    fn not_cancelled(&self) -> Flow<()> {
+        if !self.pipeline.cancel.is_cancelled() {
+            return Flow::Go(());
+        }
+        Flow::Done(self.result(
+            "Cancelled: the turn was cancelled before this call ran".into(),
+            true,
+            CallStatus::Cancelled,
+            None,
+        ))
+    }
+
+    /// 1. A host deny rule on the original input denies at once; no hook is called.
+    async fn host_deny_rules(&mut self) -> Result<Flow<()>, Error> {
+        let early = self.check(&self.input, HookOpinion::None, true).await;
         if early.decision == PermissionDecision::Deny {
-            return cx.denied(call.input.clone(), &early, Vec::new()).await;
+            return Ok(Flow::Done(self.denied(&early).await?));
         }
-        // 2. PreToolUse gates.
-        let pre = cx
+        Ok(Flow::Go(()))
+    }
+
+    /// 2. `PreToolUse` gates: the folded decision, and the final input.
+    async fn pre_tool_use(&mut self) -> Result<Outcome, Error> {
+        let pre = self
             .dispatch(Event::PreToolUse(PreToolUse {
-                tool_name: call.name.clone(),
-                tool_input: call.input.clone(),
-                tool_use_id: call.id.clone(),
+                tool_name: self.call.name.clone(),
+                tool_input: self.call.input.clone(),
+                tool_use_id: self.call.id.clone(),
             }))
             .await?;
-        let mut reminders = reminders_of(&pre);
-        let mut final_input = pre
-            .updated_input
-            .clone()
-            .unwrap_or_else(|| call.input.clone());
-        // 3. Block / Defer.
-        match pre.decision {
+        self.reminders = reminders_of(&pre);
+        if let Some(input) = &pre.updated_input {
+            self.input = input.clone();
+        }
+        Ok(pre)
+    }
+
+    /// 3. Block, a hook's `stop`, or Defer end the call; no `PostToolUse`.
+    async fn pre_decision(&mut self, pre: &Outcome) -> Result<Flow<()>, Error> {
+        let (content, status) = match pre.decision {
             Decision::Block => {
                 let reason = pre.reason_text();
-                cx.dispatch(Event::PermissionDenied(PermissionDenied {
-                    tool_name: call.name.clone(),
-                    tool_input: final_input.clone(),
-                    tool_use_id: call.id.clone(),
+                self.dispatch(Event::PermissionDenied(PermissionDenied {
+                    tool_name: self.call.name.clone(),
+                    tool_input: self.input.clone(),
+                    tool_use_id: self.call.id.clone(),
                     reason: reason.clone(),
                     source: DenialSource::Hook,
                     decided_by: pre.decided_by().map(str::to_owned),
                 }))
                 .await?;
-                return Ok(cx.result(
-                    format!("Blocked by hook: {reason}"),
-                    true,
-                    CallStatus::Blocked,
-                    final_input,
-                    reminders,
-                    None,
-                ));
+                (format!("Blocked by hook: {reason}"), CallStatus::Blocked)
             }
+            // HK-3 / Claude Code's `continue: false`: the turn ends after this event, so the
+            // call does not run.
             _ if pre.stop.is_some() => {
-                // HK-3 / Claude Code's `continue: false`: the turn ends after this event, so the
-                // call does not run.
-                let reason = pre
-                    .stop
-                    .as_ref()
-                    .map(|s| s.value.clone())
-                    .unwrap_or_default();
-                return Ok(cx.result(
-                    format!("Stopped by hook: {reason}"),
-                    true,
-                    CallStatus::Blocked,
-                    final_input,
-                    reminders,
-                    None,
-                ));
+                let reason = pre.stop.as_ref().map(|s| s.value.as_str()).unwrap_or("");
+                (format!("Stopped by hook: {reason}"), CallStatus::Blocked)
             }
-            Decision::Defer => {
-                return Ok(cx.result(
-                    format!("Deferred by hook: {}", pre.reason_text()),
-                    true,
-                    CallStatus::Deferred,
-                    final_input,
-                    reminders,
-                    None,
-                ));
-            }
-            _ => {}
-        }
-        if let Some(cancelled) = cx.cancelled(&final_input, &reminders) {
-            return Ok(cancelled);
-        }
-        // 4. Permission on the final input.
+            Decision::Defer => (
+                format!("Deferred by hook: {}", pre.reason_text()),
+                CallStatus::Deferred,
+            ),
+            _ => return Ok(Flow::Go(())),
+        };
+        Ok(Flow::Done(self.result(content, true, status, None)))
+    }
+
+    /// 4. Permission on the final input (SEC-1), the hooks' Allow and Ask as P7 and P4.
+    async fn permission(&self, pre: &Outcome) -> Verdict {
         let opinion = match pre.decision {
             Decision::Ask => HookOpinion::Ask(pre.reason_text()),
             Decision::Allow => HookOpinion::Allow(pre.reason_text()),
             _ => HookOpinion::None,
         };
-        let mut verdict = cx.check(&final_input, opinion, false).await;
-        // 5. Ask: PermissionRequest gates, then the approver.
-        if verdict.decision == PermissionDecision::Ask {
-            if let Some(cancelled) = cx.cancelled(&final_input, &reminders) {
-                return Ok(cancelled);
-            }
-            let req = cx
-                .dispatch(Event::PermissionRequest(PermissionRequest {
-                    tool_name: call.name.clone(),
-                    tool_input: final_input.clone(),
-                    tool_use_id: call.id.clone(),
-                    reason: Some(verdict.explain.clone()),
-                }))
-                .await?;
-            reminders.extend(reminders_of(&req));
-            verdict = match req.decision {
-                Decision::Deny => Verdict {
-                    decision: PermissionDecision::Deny,
-                    source: Some(DenialSource::Hook),
-                    explain: format!("PermissionRequest hook denied: {}", req.reason_text()),
+        self.check(&self.input, opinion, false).await
+    }
+
+    /// Step 5, an Ask: `PermissionRequest` gates may decide (a rewritten input is checked
+    /// again); else the approver answers.
+    async fn resolve_ask(&mut self, verdict: Verdict) -> Result<Flow<Verdict>, Error> {
+        if verdict.decision != PermissionDecision::Ask {
+            return Ok(Flow::Go(verdict));
+        }
+        step!(self.not_cancelled());
+        let req = self
+            .dispatch(Event::PermissionRequest(PermissionRequest {
+                tool_name: self.call.name.clone(),
+                tool_input: self.input.clone(),
+                tool_use_id: self.call.id.clone(),
+                reason: Some(verdict.explain.clone()),
+            }))
+            .await?;
+        self.reminders.extend(reminders_of(&req));
+        let decided = match req.decision {
+            Decision::Deny => Verdict {
+                decision: PermissionDecision::Deny,
+                source: Some(DenialSource::Hook),
+                explain: format!("PermissionRequest hook denied: {}", req.reason_text()),
+                ..verdict
+            },
+            Decision::Allow => match req.updated_input.clone() {
+                Some(rewritten) => self.allow_rewritten(rewritten, &req, verdict).await,
+                None => Verdict {
+                    decision: PermissionDecision::Allow,
+                    explain: format!("PermissionRequest hook allowed: {}", req.reason_text()),
                     ..verdict
                 },
-                Decision::Allow => match req.updated_input.clone() {
-                    // A rewritten input is checked against the rules again (SEC-1): the hook's
-                    // allow answers the ask, never a deny rule or the mode.
-                    Some(rewritten) => {
-                        let reason = req.reason_text();
-                        let again = cx
-                            .check(&rewritten, HookOpinion::Allow(reason.clone()), false)
-                            .await;
-                        final_input = rewritten;
-                        if again.decision == PermissionDecision::Deny {
-                            Verdict {
-                                explain: format!(
-                                    "the input a PermissionRequest hook rewrote: {}",
-                                    again.explain
-                                ),
-                                ..again
-                            }
-                        } else {
-                            Verdict {
-                                decision: PermissionDecision::Allow,
-                                explain: format!(
-                                    "PermissionRequest hook allowed a rewritten input: {reason}"
-                                ),
-                                ..verdict
-                            }
-                        }
-                    }
-                    None => Verdict {
-                        decision: PermissionDecision::Allow,
-                        explain: format!("PermissionRequest hook allowed: {}", req.reason_text()),
-                        ..verdict
-                    },
-                },
-                _ => cx.ask_approver(&final_input, verdict).await?,
-            };
+            },
+            _ => self.ask_approver(&self.input, verdict).await?,
+        };
+        Ok(Flow::Go(decided))
+    }
+
+    /// A PermissionRequest hook's allow with a rewritten input: the input is checked against
+    /// the rules again (SEC-1); the hook's allow answers the ask, never a deny rule or the mode.
+    async fn allow_rewritten(
+        &mut self,
+        rewritten: Value,
+        req: &Outcome,
+        asked: Verdict,
+    ) -> Verdict {
+        let reason = req.reason_text();
+        let again = self
+            .check(&rewritten, HookOpinion::Allow(reason.clone()), false)
+            .await;
+        self.input = rewritten;
+        if again.decision == PermissionDecision::Deny {
+            Verdict {
+                explain: format!(
+                    "the input a PermissionRequest hook rewrote: {}",
+                    again.explain
+                ),
+                ..again
+            }
+        } else {
+            Verdict {
+                decision: PermissionDecision::Allow,
+                explain: format!("PermissionRequest hook allowed a rewritten input: {reason}"),
+                ..asked
+            }
         }
-        // 6. Deny.
-        if verdict.decision != PermissionDecision::Allow {
-            return cx.denied(final_input, &verdict, reminders).await;
+    }
+
+    /// 6. Anything but an Allow denies: the model gets `Permission denied: <reason>`.
+    async fn deny(&mut self, verdict: &Verdict) -> Result<Flow<()>, Error> {
+        if verdict.decision == PermissionDecision::Allow {
+            return Ok(Flow::Go(()));
         }
-        // A call whose tool has not started when the turn is cancelled does not run, and has
-        // no Post event (LOOP-6, LOOP-7).
-        if let Some(cancelled) = cx.cancelled(&final_input, &reminders) {
-            return Ok(cancelled);
-        }
-        // The bus's execution gates (the durable audit intent) see the input that will run; a
-        // failing one keeps the tool from running (fail-closed, source `error`).
-        if let Err(why) = cx.before_execution(&final_input).await {
-            let verdict = Verdict {
-                decision: PermissionDecision::Deny,
-                source: Some(DenialSource::Error),
-                explain: why,
-                ..verdict
-            };
-            return cx.denied(final_input, &verdict, reminders).await;
-        }
-        // 7. Execute once.
+        Ok(Flow::Done(self.denied(verdict).await?))
+    }
+
+    /// The bus's execution gates (the durable audit intent) see the input that will run; a
+    /// failing one keeps the tool from running (fail-closed, source `error`).
+    async fn execution_gates(&mut self, verdict: &Verdict) -> Result<Flow<()>, Error> {
+        let Err(why) = self.before_execution(&self.input).await else {
+            return Ok(Flow::Go(()));
+        };
+        let verdict = Verdict {
+            decision: PermissionDecision::Deny,
+            source: Some(DenialSource::Error),
+            explain: why,
+            ..verdict.clone()
+        };
+        Ok(Flow::Done(self.denied(&verdict).await?))
+    }
+
+    /// Steps 7 and 8: the tool runs once (SEC-3), then `PostToolUse` or `PostToolUseFailure`
+    /// gates shape what the model receives.
+    async fn execute_and_post(
+        &mut self,
+        tool: &Arc<dyn Tool>,
+        verdict: Verdict,
+    ) -> Result<CallResult, Error> {
         let started = Instant::now();
-        let executed = cx.run(&tool, final_input.clone()).await;
+        let executed = self.run(tool, self.input.clone()).await;
         let duration_ms = started.elapsed().as_millis() as u64;
-        let original_input = (final_input != call.input).then(|| call.input.clone());
-        // 8. Post gates.
-        match executed {
+        let original_input = (self.input != self.call.input).then(|| self.call.input.clone());
+        let (post, content, status) = match executed {
             Ok(output) => {
-                let post = cx
+                let post = self
                     .dispatch(Event::PostToolUse(PostToolUse {
-                        tool_name: call.name.clone(),
-                        tool_input: final_input.clone(),
+                        tool_name: self.call.name.clone(),
+                        tool_input: self.input.clone(),
                         original_input,
                         tool_response: output.clone(),
                         original_response: None,
-                        tool_use_id: call.id.clone(),
+                        tool_use_id: self.call.id.clone(),
                         is_error: false,
                         duration_ms,
                     }))
                     .await?;
-                reminders.extend(reminders_of(&post));
                 let shown = post.updated_output.clone().unwrap_or(output);
-                let mut content = as_text(&shown);
-                for fb in &post.feedback {
-                    content.push_str(&format!("\n[Hook feedback: {}] {}", fb.hook, fb.value));
-                }
-                Ok(cx.result(
-                    content,
-                    false,
-                    CallStatus::Completed,
-                    final_input,
-                    reminders,
-                    Some(verdict.explain),
-                ))
+                (post, as_text(&shown), CallStatus::Completed)
             }
             Err((kind, error)) => {
-                let post = cx
+                let post = self
                     .dispatch(Event::PostToolUseFailure(PostToolUseFailure {
-                        tool_name: call.name.clone(),
-                        tool_input: final_input.clone(),
+                        tool_name: self.call.name.clone(),
+                        tool_input: self.input.clone(),
                         original_input,
-                        tool_use_id: call.id.clone(),
+                        tool_use_id: self.call.id.clone(),
                         error: error.clone(),
                         is_error: true,
                         is_interrupt: kind == FailureKind::Interrupted,
@@ -420,21 +458,17 @@ impl Pipeline {
                         duration_ms,
                     }))
                     .await?;
-                reminders.extend(reminders_of(&post));
-                let mut content = post.updated_output.as_ref().map(as_text).unwrap_or(error);
-                for fb in &post.feedback {
-                    content.push_str(&format!("\n[Hook feedback: {}] {}", fb.hook, fb.value));
-                }
-                Ok(cx.result(
-                    content,
-                    true,
-                    CallStatus::Failed { kind },
-                    final_input,
-                    reminders,
-                    Some(verdict.explain),
-                ))
+                let shown = post.updated_output.as_ref().map(as_text).unwrap_or(error);
+                (post, shown, CallStatus::Failed { kind })
             }
+        };
+        self.reminders.extend(reminders_of(&post));
+        let mut content = content;
+        for fb in &post.feedback {
+            content.push_str(&format!("\n[Hook feedback: {}] {}", fb.hook, fb.value));
         }
+        let is_error = status != CallStatus::Completed;
+        Ok(self.result(content, is_error, status, Some(verdict.explain)))
     }
 }
 
@@ -447,6 +481,10 @@ struct CallCx<'a> {
     step: u32,
     /// The first `stop` a hook asked for during this call.
     stop: Mutex<Option<String>>,
+    /// The input that will run: the model's, as hooks rewrote it.
+    input: Value,
+    /// Tagged contexts and warnings gathered so far.
+    reminders: Vec<String>,
 }
 
 impl CallCx<'_> {
@@ -588,31 +626,12 @@ impl CallCx<'_> {
         })
     }
 
-    /// The result of a call the turn's cancellation stopped before its tool started: not
-    /// executed, no further event (LOOP-6).
-    fn cancelled(&self, input: &Value, reminders: &[String]) -> Option<CallResult> {
-        self.pipeline.cancel.is_cancelled().then(|| {
-            self.result(
-                "Cancelled: the turn was cancelled before this call ran".into(),
-                true,
-                CallStatus::Cancelled,
-                input.clone(),
-                reminders.to_vec(),
-                None,
-            )
-        })
-    }
-
-    async fn denied(
-        &self,
-        input: Value,
-        verdict: &Verdict,
-        reminders: Vec<String>,
-    ) -> Result<CallResult, Error> {
+    /// A denied call: `PermissionDenied` with its source, and the model's error result.
+    async fn denied(&self, verdict: &Verdict) -> Result<CallResult, Error> {
         let source = verdict.source.unwrap_or(DenialSource::Error);
         self.dispatch(Event::PermissionDenied(PermissionDenied {
             tool_name: self.call.name.clone(),
-            tool_input: input.clone(),
+            tool_input: self.input.clone(),
             tool_use_id: self.call.id.clone(),
             reason: verdict.explain.clone(),
             source,
@@ -623,8 +642,6 @@ impl CallCx<'_> {
             format!("Permission denied: {}", verdict.explain),
             true,
             CallStatus::Denied { source },
-            input,
-            reminders,
             Some(verdict.explain.clone()),
         ))
     }
@@ -682,13 +699,12 @@ impl CallCx<'_> {
         Err(stopped)
     }
 
+    /// The call's result, with the input that ran (or would have) and the reminders so far.
     fn result(
         &self,
         content: String,
         is_error: bool,
         status: CallStatus,
-        final_input: Value,
-        reminders: Vec<String>,
         explain: Option<String>,
     ) -> CallResult {
         CallResult {
@@ -698,8 +714,8 @@ impl CallCx<'_> {
             content,
             is_error,
             status,
-            final_input,
-            reminders,
+            final_input: self.input.clone(),
+            reminders: self.reminders.clone(),
             explain,
             stop: self.stop.lock().clone(),
         }
