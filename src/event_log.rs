@@ -218,9 +218,7 @@ impl EventLog {
             }
         };
         HookRunStream {
-            history: history.into_iter(),
-            live: live.map(BroadcastStream::new),
-            lagged: 0,
+            inner: Replay::new(history, live),
         }
     }
 
@@ -229,14 +227,9 @@ impl EventLog {
         let inner = self.inner.lock();
         // Under the lock: no envelope can be pushed between the history and the live stream.
         let history: Vec<Arc<Envelope>> = inner.history.iter().map(|(e, _)| e.clone()).collect();
-        let live = inner
-            .live
-            .as_ref()
-            .map(|tx| BroadcastStream::new(tx.subscribe()));
+        let live = inner.live.as_ref().map(broadcast::Sender::subscribe);
         EventStream {
-            history: history.into_iter(),
-            live,
-            lagged: 0,
+            inner: Replay::new(history, live),
         }
     }
 }
@@ -274,40 +267,34 @@ fn json_size(env: &Envelope) -> usize {
     count.0
 }
 
-/// A live [`Stream`] of one session's envelopes, in sequence order; it ends after `SessionEnd`.
-///
-/// A reader that falls more than the session's stream buffer behind skips the envelopes it
-/// missed; [`lagged`](EventStream::lagged) counts them, so a UI can say so.
-///
-/// Got from [`Session::events`](crate::Session::events) or
-/// [`AgentSession::events`](crate::AgentSession::events).
+/// What a reader of a session's log gets: the kept history, then the live broadcast, counting
+/// what it skipped when it fell too far behind. Shared by [`EventStream`] and [`HookRunStream`].
 #[derive(Debug)]
-pub struct EventStream {
-    history: std::vec::IntoIter<Arc<Envelope>>,
-    live: Option<BroadcastStream<Arc<Envelope>>>,
+struct Replay<T> {
+    history: std::vec::IntoIter<Arc<T>>,
+    live: Option<BroadcastStream<Arc<T>>>,
     lagged: u64,
 }
 
-impl EventStream {
-    /// How many envelopes this reader skipped because it fell too far behind.
-    pub fn lagged(&self) -> u64 {
-        self.lagged
+impl<T: Send + Sync + 'static> Replay<T> {
+    fn new(history: Vec<Arc<T>>, live: Option<broadcast::Receiver<Arc<T>>>) -> Self {
+        Self {
+            history: history.into_iter(),
+            live: live.map(BroadcastStream::new),
+            lagged: 0,
+        }
     }
-}
 
-impl Stream for EventStream {
-    type Item = Arc<Envelope>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Some(env) = self.history.next() {
-            return Poll::Ready(Some(env));
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Arc<T>>> {
+        if let Some(item) = self.history.next() {
+            return Poll::Ready(Some(item));
         }
         loop {
             let Some(live) = self.live.as_mut() else {
                 return Poll::Ready(None);
             };
             match Pin::new(live).poll_next(cx) {
-                Poll::Ready(Some(Ok(env))) => return Poll::Ready(Some(env)),
+                Poll::Ready(Some(Ok(item))) => return Poll::Ready(Some(item)),
                 Poll::Ready(Some(Err(BroadcastStreamRecvError::Lagged(n)))) => {
                     self.lagged += n;
                 }
@@ -318,6 +305,33 @@ impl Stream for EventStream {
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+/// A live [`Stream`] of one session's envelopes, in sequence order; it ends after `SessionEnd`.
+///
+/// A reader that falls more than the session's stream buffer behind skips the envelopes it
+/// missed; [`lagged`](EventStream::lagged) counts them, so a UI can say so.
+///
+/// Got from [`Session::events`](crate::Session::events) or
+/// [`AgentSession::events`](crate::AgentSession::events).
+#[derive(Debug)]
+pub struct EventStream {
+    inner: Replay<Envelope>,
+}
+
+impl EventStream {
+    /// How many envelopes this reader skipped because it fell too far behind.
+    pub fn lagged(&self) -> u64 {
+        self.inner.lagged
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Arc<Envelope>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.poll_next(cx)
     }
 }
 
@@ -329,15 +343,13 @@ impl Stream for EventStream {
 /// [`AgentSession::hook_runs`](crate::AgentSession::hook_runs).
 #[derive(Debug)]
 pub struct HookRunStream {
-    history: std::vec::IntoIter<Arc<HookRuns>>,
-    live: Option<BroadcastStream<Arc<HookRuns>>>,
-    lagged: u64,
+    inner: Replay<HookRuns>,
 }
 
 impl HookRunStream {
     /// How many records this reader skipped because it fell too far behind.
     pub fn lagged(&self) -> u64 {
-        self.lagged
+        self.inner.lagged
     }
 }
 
@@ -345,24 +357,6 @@ impl Stream for HookRunStream {
     type Item = Arc<HookRuns>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Some(runs) = self.history.next() {
-            return Poll::Ready(Some(runs));
-        }
-        loop {
-            let Some(live) = self.live.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match Pin::new(live).poll_next(cx) {
-                Poll::Ready(Some(Ok(runs))) => return Poll::Ready(Some(runs)),
-                Poll::Ready(Some(Err(BroadcastStreamRecvError::Lagged(n)))) => {
-                    self.lagged += n;
-                }
-                Poll::Ready(None) => {
-                    self.live = None;
-                    return Poll::Ready(None);
-                }
-                Poll::Pending => return Poll::Pending,
-            }
-        }
+        self.inner.poll_next(cx)
     }
 }
