@@ -8,7 +8,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::rule::Rule;
+use crate::rule::{Rule, Subject};
 
 /// A pattern over names (tool names, or an event's query field). Matching is case-sensitive.
 #[derive(Clone, Default)]
@@ -228,10 +228,15 @@ impl ToolFilter {
 
     /// Whether the call matches.
     pub fn matches(&self, tool_name: &str, input: &Value, cwd: Option<&Path>) -> bool {
-        self.names.matches(tool_name)
-            && self.args.iter().all(|a| a.matches(input))
-            && (self.rules.is_empty()
-                || self.rules.iter().any(|r| r.matches(tool_name, input, cwd)))
+        if !(self.names.matches(tool_name) && self.args.iter().all(|a| a.matches(input))) {
+            return false;
+        }
+        if self.rules.is_empty() {
+            return true;
+        }
+        // The command is parsed (the paths resolved) once for all the filter's rules.
+        let subject = Subject::new(tool_name, input, cwd, &[]);
+        self.rules.iter().any(|r| r.matches_subject(&subject))
     }
 }
 

@@ -661,17 +661,24 @@ impl CallCx<'_> {
             tool_use_id: self.call.id.clone(),
         };
         let input = pin_paths(input, tool.path_arguments(), &p.cwd);
-        let env = match p.permissions.read_denies(p.session.id(), &p.cwd).await {
-            Ok(deny_read) => CallEnv {
-                policy: p.sandbox,
-                deny_read,
-            },
-            Err(e) => {
-                return Err((
-                    FailureKind::Error,
-                    format!("the permission service could not list the read denies: {e}"),
-                ))
+        // Only a sandboxed tool needs the session's read denies: one more round trip to the
+        // permission service, paid by those calls alone.
+        let deny_read = if tool.sandboxed() {
+            match p.permissions.read_denies(p.session.id(), &p.cwd).await {
+                Ok(globs) => globs,
+                Err(e) => {
+                    return Err((
+                        FailureKind::Error,
+                        format!("the permission service could not list the read denies: {e}"),
+                    ))
+                }
             }
+        } else {
+            Vec::new()
+        };
+        let env = CallEnv {
+            policy: p.sandbox,
+            deny_read,
         };
         let limit = tool.timeout();
         let fut = AssertUnwindSafe(crate::panics::Contained::new(with_call_env(

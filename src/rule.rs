@@ -261,7 +261,11 @@ impl<'a> Subject<'a> {
         let cwd = match cwd {
             Some(c) => {
                 let given = normalize(c);
-                let real = resolve(&given).unwrap_or_else(|_| given.clone());
+                // Resolving the cwd touches the file system: only path rules need it.
+                let real = match &arg {
+                    Arg::Paths { .. } => resolve(&given).unwrap_or_else(|_| given.clone()),
+                    _ => given.clone(),
+                };
                 Cwd::Known { given, real }
             }
             None => Cwd::Unknown,

@@ -74,6 +74,12 @@ pub trait Tool: Send + Sync + 'static {
     fn concurrency_safe(&self) -> bool {
         self.kind() == ToolKind::ReadOnly
     }
+    /// Whether the tool runs what it is given under the session's sandbox (the `bash` tool):
+    /// the pipeline then hands it the session's sandbox policy and the paths its `Read` deny
+    /// rules name. Other tools skip that lookup.
+    fn sandboxed(&self) -> bool {
+        false
+    }
     /// Input fields, beyond the standard `file_path`, `path` and `notebook_path`, that hold a
     /// path. Path rules check every path field (SEC-6), and the pipeline hands the tool each
     /// declared field resolved to the absolute path that was checked, so that the tool opens

@@ -107,6 +107,9 @@ fn effective(own: &Sandbox, env: Option<sandbox::CallEnv>) -> Sandbox {
 
 #[async_trait]
 impl Tool for Bash {
+    fn sandboxed(&self) -> bool {
+        true
+    }
     fn name(&self) -> &str {
         "bash"
     }
