@@ -19,7 +19,7 @@ use hookbus::benchmark::{
     pairs_per_second, pre_event, runtime, trivial_hooks, BenchHook, RuntimeKind, Subject,
 };
 use hookbus::claude::{ClaudeSettings, CompatOptions};
-use hookbus::{Bus, SessionConfig};
+use hookbus::{Bus, BusSessionConfig};
 use serde_json::json;
 
 const BASELINES: [&str; 3] = ["direct", "join_all", "actor_baseline"];
@@ -97,7 +97,7 @@ fn throughput(c: &mut Criterion) {
                 let mut v = Vec::new();
                 for _ in 0..sessions {
                     v.push(Subject::Hookbus(
-                        bus.open_session(SessionConfig::new())
+                        bus.open_session(BusSessionConfig::new())
                             .await
                             .expect("session"),
                     ));
@@ -153,7 +153,7 @@ fn command_hook(c: &mut Criterion) {
         .expect("settings");
         let bus = Bus::new();
         settings.register(&bus).await.expect("register");
-        Subject::Hookbus(bus.open_session(SessionConfig::new()).await.expect("session"))
+        Subject::Hookbus(bus.open_session(BusSessionConfig::new()).await.expect("session"))
     });
     group.bench_function("hookbus", |b| {
         b.to_async(&rt).iter(|| subject.event(pre_event()))

@@ -38,7 +38,7 @@ async fn main() -> Result<(), Error> {
     });
 
     let session = bus
-        .open_session(SessionConfig::new().id("custom-actor"))
+        .open_session(BusSessionConfig::new().id("custom-actor"))
         .await?;
     for i in 1..=3 {
         let outcome = session

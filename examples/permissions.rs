@@ -48,7 +48,7 @@ async fn main() -> Result<(), Error> {
     let bus = Bus::new();
     bus.register(AskBeforePush).await?;
     let session = bus
-        .open_session(SessionConfig::new().id("perm-demo").cwd("/tmp"))
+        .open_session(BusSessionConfig::new().id("perm-demo").cwd("/tmp"))
         .await?;
 
     let permissions = PermissionService::spawn(PermissionConfig {

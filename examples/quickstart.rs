@@ -65,7 +65,7 @@ async fn main() -> Result<(), Error> {
     bus.observe(PrintObserver).await?;
 
     let session = bus
-        .open_session(SessionConfig::new().id("quickstart").cwd("/tmp"))
+        .open_session(BusSessionConfig::new().id("quickstart").cwd("/tmp"))
         .await?;
     session
         .dispatch(Event::SessionStart(SessionStart {

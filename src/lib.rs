@@ -9,9 +9,9 @@
 //! * [`Bus`] is the runtime. Build it once ([`Bus::builder`]), register [`Hook`]s (answered,
 //!   folded) and [`Observer`]s (fire-and-forget), or [`subscribe`](Bus::subscribe) a task of
 //!   your own and read its [`Mailbox`].
-//! * [`Bus::open_session`] gives a [`Session`]: its events are numbered and dispatched in order by
+//! * [`Bus::open_session`] gives a [`BusSession`]: its events are numbered and dispatched in order by
 //!   the session's own actor, so independent sessions never wait for each other.
-//! * [`Session::dispatch`] sends an [`Event`] to the hooks that match it (event index, tool
+//! * [`BusSession::dispatch`] sends an [`Event`] to the hooks that match it (event index, tool
 //!   filter, matcher: a hook that does not match costs no message), runs them in parallel with
 //!   per-hook timeouts and failure policies, and folds their answers into an [`Outcome`] in
 //!   registration order, so the result never depends on which hook finished first.
@@ -31,12 +31,12 @@
 //!   [`builtins::MetricsHook`] and [`builtins::AuditLog`] (SQLite, with a durable mode);
 //!   [`service`] is an axum HTTP service around an [`Agent`]; [`benchmark`] holds the benchmark
 //!   scenarios and baselines of `cargo bench` and `hookbus bench`.
-//! * [`Session::close`] dispatches `SessionEnd` last, hook by hook, after observers took every
+//! * [`BusSession::close`] dispatches `SessionEnd` last, hook by hook, after observers took every
 //!   earlier event; [`Bus::shutdown`] closes everything and drains observers.
 //!
 //! ```
 //! use hookbus::{Bus, Event, EventKind, Hook, HookCx, HookOptions, HookResult, PreToolUse,
-//!               PreToolUseAction, SessionConfig, Decision};
+//!               PreToolUseAction, BusSessionConfig, Decision};
 //! use serde_json::json;
 //!
 //! struct NoRmRf;
@@ -59,7 +59,7 @@
 //! # async fn main() -> Result<(), hookbus::Error> {
 //! let bus = Bus::new();
 //! bus.register(NoRmRf).await?;
-//! let session = bus.open_session(SessionConfig::new().id("s1")).await?;
+//! let session = bus.open_session(BusSessionConfig::new().id("s1")).await?;
 //! let outcome = session
 //!     .dispatch(Event::PreToolUse(PreToolUse {
 //!         tool_name: "Bash".into(),
@@ -79,86 +79,65 @@
 
 #![warn(missing_docs)]
 
-mod action;
-mod actor;
 mod agent;
-mod approver;
 #[cfg(feature = "bench")]
+#[doc(hidden)]
 pub mod benchmark;
-pub mod bounds;
 pub mod builtins;
-mod bus;
 #[cfg(feature = "claude")]
 pub mod claude;
-mod dispatch;
-mod error;
-mod event;
-mod event_log;
-mod execution;
-mod filter;
-mod hook;
-mod kill;
-mod mailbox;
-mod metrics;
-mod observer;
-mod outcome;
-mod panics;
-mod paths;
-mod permission;
-mod pipeline;
-mod process;
-mod provider;
-mod registry;
-pub mod rule;
-pub mod sandbox;
-mod scratchpad;
-mod scripted;
+pub mod model;
+pub mod permission;
+pub mod prelude;
+pub mod runtime;
 #[cfg(feature = "service")]
 pub mod service;
-mod session;
-mod shell;
-mod tool;
-pub mod tools;
+mod sys;
 
-pub use action::{
-    Action, Extras, GateAction, HookOutput, HookResult, PermissionAction, PermissionDecision,
-    PostToolUseAction, PreToolUseAction, Reply, ToolDecision,
-};
+#[cfg(test)]
+mod supervision_tests;
+
 pub use agent::{
-    Agent, AgentBuilder, AgentSession, Limits, SessionOptions, TaskTool, TerminalReason,
-    TurnMetrics, TurnResult,
-};
-pub use approver::{
-    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, NoApprover, PolicyApprover,
-    TerminalApprover,
+    system_reminder, tools, Agent, AgentBuilder, AgentSession, CallResult, CallStatus, Limits,
+    Message, ModelRequest, ModelResponse, Pipeline, Provider, ProviderError, Role, Script,
+    ScriptCall, ScriptError, ScriptTurn, ScriptedProvider, SessionOptions, TaskTool,
+    TerminalReason, Tool, ToolCall, ToolCx, ToolError, ToolSpec, TurnMetrics, TurnResult, Usage,
+    DEFAULT_APPROVAL_TIMEOUT,
 };
 pub use async_trait::async_trait;
-pub use bus::{
-    Bus, BusBuilder, ShutdownReport, Subscription, DEFAULT_HOOK_MAILBOX, DEFAULT_HOOK_TIMEOUT,
-    DEFAULT_SESSION_END_GRACE,
+pub use model::{
+    bounds, rule, Action, ActorFailure, ActorKind, ArgPattern, Attributed, CircuitBreaker,
+    CompactTrigger, Decision, DenialSource, Envelope, Error, Event, EventKind, Extras, FailureKind,
+    FailurePolicy, GateAction, Hook, HookCx, HookError, HookOptions, HookOutput, HookResult,
+    HookRun, Interrupt, NamePattern, Notification, Outcome, PermissionAction, PermissionDecision,
+    PermissionDenied, PermissionRequest, PostCompact, PostToolUse, PostToolUseAction,
+    PostToolUseFailure, PreCompact, PreToolUse, PreToolUseAction, Reply, Rule, RunStatus,
+    Scratchpad, SessionEnd, SessionFields, SessionSource, SessionStart, StepComplete, Stop,
+    StopFailure, SubagentStart, SubagentStop, TaggedContext, ToolDecision, ToolFilter,
+    UserPromptSubmit, CANCEL_GRACE,
 };
-pub use error::{Error, HookError};
-pub use event::*;
-pub use event_log::{EventStream, HistoryStats, HookRunStream, HookRuns, DEFAULT_STREAM_BUFFER};
-pub use filter::{ArgPattern, NamePattern, ToolFilter};
-pub use hook::{CircuitBreaker, FailurePolicy, Hook, HookCx, HookOptions, CANCEL_GRACE};
-pub use mailbox::{Delivery, Mailbox, ReplySlot};
-pub use metrics::{LatencyStats, MetricsReport, MetricsSnapshot};
-pub use observer::{Observer, ObserverOptions, DEFAULT_ENQUEUE_WAIT, DEFAULT_OBSERVER_MAILBOX};
-pub use outcome::{Attributed, Decision, HookRun, Outcome, RunStatus, TaggedContext};
-pub use panics::panic_is_contained;
 pub use permission::{
-    HookOpinion, Level, PermissionConfig, PermissionHandle, PermissionMode, PermissionQuery,
-    PermissionService, RuleSet, ToolKind, Verdict,
+    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, HookOpinion, Level,
+    NoApprover, PermissionConfig, PermissionHandle, PermissionMode, PermissionQuery,
+    PermissionService, PolicyApprover, RuleSet, TerminalApprover, ToolKind, Verdict,
 };
-pub use pipeline::{system_reminder, CallResult, CallStatus, Pipeline, DEFAULT_APPROVAL_TIMEOUT};
-pub use provider::{
-    Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, ToolSpec, Usage,
+pub use runtime::{
+    ActorPanics, Bus, BusBuilder, BusSession, BusSessionConfig, Delivery, EventStream,
+    HistoryStats, HookRunStream, HookRuns, LatencyStats, Mailbox, MetricsReport, MetricsSnapshot,
+    Observer, ObserverOptions, ReplySlot, ShutdownReport, Subscription, DEFAULT_ENQUEUE_WAIT,
+    DEFAULT_HOOK_MAILBOX, DEFAULT_HOOK_TIMEOUT, DEFAULT_OBSERVER_MAILBOX,
+    DEFAULT_SESSION_END_GRACE, DEFAULT_STREAM_BUFFER,
 };
-pub use rule::Rule;
 pub use sandbox::SandboxPolicy;
-pub use scratchpad::Scratchpad;
-pub use scripted::{Script, ScriptCall, ScriptError, ScriptTurn, ScriptedProvider};
-pub use session::{Session, SessionConfig};
+pub use sys::{panic_is_contained, sandbox};
 pub use tokio_util::sync::CancellationToken;
-pub use tool::{Tool, ToolCall, ToolCx, ToolError};
+
+/// The bus session handle under its former name.
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed to `BusSession` (an `AgentSession` is the agent loop's)"
+)]
+pub type Session = BusSession;
+/// The bus session configuration under its former name.
+#[deprecated(since = "0.2.0", note = "renamed to `BusSessionConfig`")]
+pub type SessionConfig = BusSessionConfig;

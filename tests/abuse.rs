@@ -77,7 +77,7 @@ fn pre_handler(handler: Value) -> Value {
 async fn dispatch_pre(s: &ClaudeSettings) -> (Outcome, Duration) {
     let bus = Bus::new();
     s.register(&bus).await.unwrap();
-    let session = bus.open_session(SessionConfig::new()).await.unwrap();
+    let session = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let started = Instant::now();
     let outcome = session
         .dispatch(Event::PreToolUse(PreToolUse {
@@ -415,7 +415,7 @@ async fn duration_max_through_the_rust_api_is_clamped() {
         .build();
     bus.register(FailsOnce).await.unwrap();
     bus.observe(Patient).await.unwrap();
-    let session = bus.open_session(SessionConfig::new()).await.unwrap();
+    let session = bus.open_session(BusSessionConfig::new()).await.unwrap();
     for id in ["1", "2"] {
         let outcome = session
             .dispatch(Event::PreToolUse(PreToolUse {
@@ -565,7 +565,7 @@ async fn timing_hook_memory_is_flat_over_a_million_calls() {
     let bus = Bus::new();
     bus.register(timing.clone()).await.unwrap();
     let session = bus
-        .open_session(SessionConfig::new().id("s"))
+        .open_session(BusSessionConfig::new().id("s"))
         .await
         .unwrap();
     for i in 0..300u32 {
@@ -630,7 +630,7 @@ async fn timing_hook_memory_is_flat_over_a_million_calls() {
     let timing = TimingHook::new().max_open_timers(50);
     let bus = Bus::new();
     bus.register(timing.clone()).await.unwrap();
-    let other = bus.open_session(SessionConfig::new()).await.unwrap();
+    let other = bus.open_session(BusSessionConfig::new()).await.unwrap();
     for i in 0..200 {
         other
             .dispatch(Event::PreToolUse(PreToolUse {

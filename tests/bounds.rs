@@ -20,7 +20,7 @@ async fn a_long_session_keeps_its_history_within_the_byte_cap() {
     let cap = 64 * 1024;
     let session = bus
         .open_session(
-            SessionConfig::new()
+            BusSessionConfig::new()
                 .id("long")
                 .history(1_000_000)
                 .history_bytes(cap),
@@ -56,7 +56,7 @@ async fn a_long_session_keeps_its_history_within_the_byte_cap() {
 async fn a_reader_that_falls_behind_skips_and_counts_what_it_missed() {
     let bus = Bus::new();
     let session = bus
-        .open_session(SessionConfig::new().id("slow").stream_buffer(16))
+        .open_session(BusSessionConfig::new().id("slow").stream_buffer(16))
         .await
         .unwrap();
     let mut slow = session.events();
@@ -108,7 +108,7 @@ async fn what_the_hooks_did_with_each_event_is_streamed_and_kept_like_the_events
     let bus = Bus::new();
     bus.register(Gate).await.unwrap();
     let session = bus
-        .open_session(SessionConfig::new().id("runs").history(3))
+        .open_session(BusSessionConfig::new().id("runs").history(3))
         .await
         .unwrap();
     let pre = |tool: &str| {

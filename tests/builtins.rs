@@ -24,11 +24,11 @@ async fn timing_hook_pairs_interleaved_calls() {
     let timing = TimingHook::new();
     bus.register(timing.clone()).await.unwrap();
     let a = bus
-        .open_session(SessionConfig::new().id("a"))
+        .open_session(BusSessionConfig::new().id("a"))
         .await
         .unwrap();
     let b = bus
-        .open_session(SessionConfig::new().id("b"))
+        .open_session(BusSessionConfig::new().id("b"))
         .await
         .unwrap();
     a.dispatch(bash("x", "1")).await.unwrap();
@@ -65,7 +65,7 @@ async fn logging_hook_logs_every_event_in_the_seed_000_style() {
     ))))
     .await
     .unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     s.dispatch(pre("read_file", json!({"path": "a"}), "toolu_1"))
         .await
         .unwrap();
@@ -96,8 +96,8 @@ async fn max_concurrency_serializes_a_shared_hook_across_sessions() {
                 None => o,
             });
         bus.register(hook).await.unwrap();
-        let a = bus.open_session(SessionConfig::new()).await.unwrap();
-        let b = bus.open_session(SessionConfig::new()).await.unwrap();
+        let a = bus.open_session(BusSessionConfig::new()).await.unwrap();
+        let b = bus.open_session(BusSessionConfig::new()).await.unwrap();
         let started = Instant::now();
         let (ra, rb) = tokio::join!(a.dispatch(bash("x", "1")), b.dispatch(bash("x", "1")));
         ra.unwrap();

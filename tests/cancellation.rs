@@ -301,7 +301,7 @@ async fn without_an_approver_an_ask_is_denied_with_its_own_source_and_no_prompt(
 async fn a_closed_session_refuses_subscriptions_even_after_its_id_is_reused() {
     let bus = Bus::new();
     let old = bus
-        .open_session(SessionConfig::new().id("same"))
+        .open_session(BusSessionConfig::new().id("same"))
         .await
         .unwrap();
     old.close("done").await.unwrap();
@@ -317,7 +317,7 @@ async fn a_closed_session_refuses_subscriptions_even_after_its_id_is_reused() {
     ));
     // A later session with the same id: the old handle still refuses, and nothing leaks over.
     let new = bus
-        .open_session(SessionConfig::new().id("same"))
+        .open_session(BusSessionConfig::new().id("same"))
         .await
         .unwrap();
     assert!(matches!(
@@ -341,7 +341,7 @@ async fn a_closed_session_refuses_subscriptions_even_after_its_id_is_reused() {
 async fn close_does_not_wait_the_grace_on_a_mailbox_nobody_reads() {
     let bus = Bus::new();
     let session = bus
-        .open_session(SessionConfig::new().id("s"))
+        .open_session(BusSessionConfig::new().id("s"))
         .await
         .unwrap();
     let _unread = session
@@ -412,7 +412,7 @@ async fn a_timed_out_hook_sees_its_own_token_fire_and_no_other_hook_does() {
     };
     bus.register(slow.clone()).await.unwrap();
     let session = bus
-        .open_session(SessionConfig::new().id("t"))
+        .open_session(BusSessionConfig::new().id("t"))
         .await
         .unwrap();
     session.register(quick.clone()).await.unwrap();

@@ -34,7 +34,7 @@ fn cmd(command: &str) -> Value {
 
 struct Rig {
     bus: Bus,
-    session: Session,
+    session: BusSession,
     _dir: tempfile::TempDir,
     cwd: PathBuf,
 }
@@ -45,7 +45,11 @@ async fn rig(s: &ClaudeSettings) -> Rig {
     let bus = Bus::new();
     s.register(&bus).await.unwrap();
     let session = bus
-        .open_session(SessionConfig::new().id("cc").cwd(cwd.display().to_string()))
+        .open_session(
+            BusSessionConfig::new()
+                .id("cc")
+                .cwd(cwd.display().to_string()),
+        )
         .await
         .unwrap();
     Rig {

@@ -65,7 +65,7 @@ async fn fold_is_deterministic_whatever_the_completion_order() {
         .await
         .unwrap();
         let s = bus
-            .open_session(SessionConfig::new().id("s"))
+            .open_session(BusSessionConfig::new().id("s"))
             .await
             .unwrap();
         let mut out = s.dispatch(bash("ls", "t1")).await.unwrap();
@@ -111,7 +111,7 @@ async fn per_session_order_holds_under_concurrency() {
         let bus = bus.clone();
         tasks.push(tokio::spawn(async move {
             let session = bus
-                .open_session(SessionConfig::new().id(format!("s{s}")))
+                .open_session(BusSessionConfig::new().id(format!("s{s}")))
                 .await
                 .unwrap();
             for i in 0..100 {
@@ -198,7 +198,7 @@ async fn session_end_is_last_sequential_and_bounded() {
     bus.observe(slow.clone()).await.unwrap();
 
     let s = bus
-        .open_session(SessionConfig::new().id("s"))
+        .open_session(BusSessionConfig::new().id("s"))
         .await
         .unwrap();
     s.scratchpad().insert("k", 7u32);
@@ -280,7 +280,7 @@ async fn panics_are_isolated_and_reported() {
     })
     .await
     .unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     for i in 0..6 {
         let out = s.dispatch(bash("ls", &format!("t{i}"))).await.unwrap();
         if i % 2 == 0 {
@@ -347,7 +347,7 @@ async fn timeouts_follow_the_failure_policy_and_cancel_the_hook() {
             cancelled: Arc::default(),
         };
         bus.register(hook.clone()).await.unwrap();
-        let s = bus.open_session(SessionConfig::new()).await.unwrap();
+        let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
         let started = Instant::now();
         let out = s.dispatch(bash("ls", "t")).await.unwrap();
         assert_eq!(started.elapsed(), Duration::from_secs(2));
@@ -375,7 +375,7 @@ async fn hook_timeout_env_sets_the_default() {
     )
     .await
     .unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let started = Instant::now();
     let out = s.dispatch(bash("ls", "t")).await.unwrap();
     assert_eq!(started.elapsed(), Duration::from_secs(3));
@@ -400,7 +400,7 @@ async fn dropped_reply_slot_is_a_failure_not_a_hang() {
             drop(delivery); // never answers
         }
     });
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let started = Instant::now();
     let out = s.dispatch(bash("ls", "t")).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(1), "no hang");
@@ -436,7 +436,7 @@ async fn custom_actor_answers_through_its_mailbox() {
             delivery.reply(reply);
         }
     });
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let out = s.dispatch(bash("rm", "1")).await.unwrap();
     assert_eq!(out.decision, Decision::Block);
     assert_eq!(out.reason_text(), "no rm");
@@ -488,7 +488,7 @@ async fn after_chains_see_mutations_and_stop_on_block() {
     // Registered B first: `after` still orders it after A.
     bus.register(a.clone()).await.unwrap();
     bus.register(b.clone()).await.unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let out = s.dispatch(bash("ls", "1")).await.unwrap();
     assert_eq!(b.seen.lock()[0], json!({"command": "rewritten-by-A"}));
     assert_eq!(
@@ -521,7 +521,7 @@ async fn after_chains_see_mutations_and_stop_on_block() {
     bus2.register(ScriptHook::new("Q", |_| PreToolUseAction::proceed()).options(|o| o.after("P")))
         .await
         .unwrap();
-    let s2 = bus2.open_session(SessionConfig::new()).await.unwrap();
+    let s2 = bus2.open_session(BusSessionConfig::new()).await.unwrap();
     s2.register(ScriptHook::new("R", |_| PreToolUseAction::proceed()).options(|o| o.after("Q")))
         .await
         .unwrap();
@@ -564,7 +564,7 @@ async fn sequential_mode_is_a_chain() {
     for h in &hooks {
         bus.register(h.clone()).await.unwrap();
     }
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let out = s.dispatch(bash("x", "1")).await.unwrap();
     assert_eq!(out.updated_input, Some(json!({"command": "x012"})));
     assert_eq!(hooks[2].seen.lock()[0], json!({"command": "x01"}));
@@ -582,7 +582,7 @@ async fn parallel_mode_runs_every_hook() {
     let logger = ScriptHook::new("logger", |_| PreToolUseAction::proceed());
     bus.register(blocker.clone()).await.unwrap();
     bus.register(logger.clone()).await.unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let out = s.dispatch(bash("x", "1")).await.unwrap();
     assert_eq!(out.decision, Decision::Block);
     assert_eq!(logger.calls(), 1);
@@ -605,7 +605,7 @@ async fn filters_decide_who_is_called() {
         .options(|o| o.filter(ToolFilter::rule("Bash(git push *)").unwrap()));
     bus.register(env_guard.clone()).await.unwrap();
     bus.register(push_guard.clone()).await.unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let out = s
         .dispatch(pre("file_read", json!({"path": "a/.env"}), "1"))
         .await
@@ -658,7 +658,7 @@ async fn registration_during_dispatch_keeps_the_started_set() {
     })
     .await
     .unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let s2 = s.clone();
     let inflight = tokio::spawn(async move { s2.dispatch(bash("x", "1")).await.unwrap() });
     entered.notified().await;
@@ -712,7 +712,7 @@ async fn stuck_observer_never_stalls_the_session() {
     bus.observe(Stuck).await.unwrap();
     let healthy = Recorder::new("healthy");
     bus.observe(healthy.clone()).await.unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let started = Instant::now();
     for _ in 0..10 {
         s.dispatch(notification("n")).await.unwrap();
@@ -759,7 +759,7 @@ async fn shutdown_drains_observers_and_closes_sessions() {
     }
     bus.register(EndReason(ends.clone())).await.unwrap();
     let s = bus
-        .open_session(SessionConfig::new().id("open"))
+        .open_session(BusSessionConfig::new().id("open"))
         .await
         .unwrap();
     for _ in 0..9_999 {
@@ -776,7 +776,7 @@ async fn shutdown_drains_observers_and_closes_sessions() {
     assert_eq!(report.observer_events_delivered, 10_000);
     assert_eq!(*ends.lock(), vec!["shutdown".to_string()]);
     assert!(matches!(
-        bus.open_session(SessionConfig::new()).await,
+        bus.open_session(BusSessionConfig::new()).await,
         Err(Error::ShuttingDown)
     ));
 }
@@ -801,7 +801,7 @@ async fn circuit_breaker_skips_a_failing_hook_for_the_cool_down() {
     let calls = Arc::new(AtomicUsize::new(0));
     let bus = Bus::new();
     bus.register(Broken(calls.clone())).await.unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     for i in 0..4 {
         let out = s.dispatch(bash("x", &i.to_string())).await.unwrap();
         if i >= 2 {
@@ -840,7 +840,7 @@ async fn contexts_are_tagged_and_deduplicated() {
     let bus = Bus::new();
     bus.register(Ctx("one")).await.unwrap();
     bus.register(Ctx("two")).await.unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let out = s.dispatch(notification("n")).await.unwrap();
     let texts: Vec<String> = out.contexts.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -881,8 +881,8 @@ async fn scratchpad_correlates_pre_and_post() {
     }
     let bus = Bus::new();
     bus.register(Correlate).await.unwrap();
-    let a = bus.open_session(SessionConfig::new()).await.unwrap();
-    let b = bus.open_session(SessionConfig::new()).await.unwrap();
+    let a = bus.open_session(BusSessionConfig::new()).await.unwrap();
+    let b = bus.open_session(BusSessionConfig::new()).await.unwrap();
     a.dispatch(bash("x", "id1")).await.unwrap();
     let out_b = b.dispatch(post("Bash", json!("o"), "id1")).await.unwrap();
     assert_eq!(out_b.contexts[0].text, "paired None");
@@ -915,7 +915,7 @@ async fn post_replacement_last_in_fold_order_wins() {
     let bus = Bus::new();
     bus.register(Replace("first", 50)).await.unwrap();
     bus.register(Replace("second", 1)).await.unwrap();
-    let s = bus.open_session(SessionConfig::new()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
     let out = s.dispatch(post("Bash", json!("orig"), "1")).await.unwrap();
     assert_eq!(out.updated_output, Some(json!("second")));
     assert_eq!(out.feedback.len(), 2);
@@ -929,7 +929,7 @@ async fn dropping_the_last_handle_closes_the_session() {
     let rec = Recorder::new("rec");
     bus.observe(rec.clone()).await.unwrap();
     let s = bus
-        .open_session(SessionConfig::new().id("dropme"))
+        .open_session(BusSessionConfig::new().id("dropme"))
         .await
         .unwrap();
     s.dispatch(notification("n")).await.unwrap();
@@ -950,7 +950,7 @@ async fn dropping_the_last_handle_closes_the_session() {
 fn handles_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Bus>();
-    assert_send_sync::<Session>();
+    assert_send_sync::<BusSession>();
     assert_send_sync::<Mailbox>();
     assert_send_sync::<ReplySlot>();
     assert_send_sync::<Outcome>();

@@ -117,7 +117,7 @@ async fn drops_skips_and_failures_are_logged_with_who_what_and_where() {
     bus.register(Lingering("second-end")).await.unwrap();
     bus.register(Panics).await.unwrap();
     let session = bus
-        .open_session(SessionConfig::new().id("logged"))
+        .open_session(BusSessionConfig::new().id("logged"))
         .await
         .unwrap();
     for _ in 0..5 {

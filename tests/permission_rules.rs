@@ -76,7 +76,7 @@ async fn pipeline(
     }
     let session = bus
         .open_session(
-            SessionConfig::new()
+            BusSessionConfig::new()
                 .id("s1")
                 .cwd(root.display().to_string()),
         )

@@ -121,7 +121,7 @@ async fn setup(
         bus.register_arc(h).await.unwrap();
     }
     let session = bus
-        .open_session(SessionConfig::new().id("s1").cwd("/w"))
+        .open_session(BusSessionConfig::new().id("s1").cwd("/w"))
         .await
         .unwrap();
     let permissions = PermissionService::spawn(config);
@@ -815,7 +815,7 @@ async fn allow_always_applies_to_later_calls_of_the_same_session_only() {
     assert_eq!(asked.load(Ordering::SeqCst), 2);
     let other = s
         .bus
-        .open_session(SessionConfig::new().id("s2"))
+        .open_session(BusSessionConfig::new().id("s2"))
         .await
         .unwrap();
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(s.bash.clone())];

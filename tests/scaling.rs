@@ -13,7 +13,7 @@ async fn per_session(n: usize) -> Duration {
     let started = Instant::now();
     for i in 0..n {
         let session = bus
-            .open_session(SessionConfig::new().id(format!("s{i}")))
+            .open_session(BusSessionConfig::new().id(format!("s{i}")))
             .await
             .unwrap();
         mailboxes.push(

@@ -68,7 +68,7 @@ async fn every_hook_run_is_a_span_with_its_decision_reason_and_latency() {
     let bus = Bus::new();
     bus.register(Blocker).await.unwrap();
     let session = bus
-        .open_session(SessionConfig::new().id("tel"))
+        .open_session(BusSessionConfig::new().id("tel"))
         .await
         .unwrap();
     let out = session
@@ -179,7 +179,7 @@ async fn a_hooks_own_logs_nest_under_its_dispatch_span() {
     .unwrap();
     bus.observe(ChattyObserver).await.unwrap();
     let session = bus
-        .open_session(SessionConfig::new().id("nest"))
+        .open_session(BusSessionConfig::new().id("nest"))
         .await
         .unwrap();
     session

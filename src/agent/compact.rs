@@ -1,6 +1,6 @@
 //! Token estimate and compaction of the conversation (LOOP-4).
 
-use crate::provider::{Message, Role};
+use crate::agent::provider::{Message, Role};
 
 /// Characters of each message kept in a compaction summary.
 const SUMMARY_EXCERPT: usize = 160;
@@ -58,7 +58,7 @@ pub fn summarize(messages: &[Message], instructions: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::ToolCall;
+    use crate::agent::tool::ToolCall;
     use serde_json::json;
 
     #[test]

@@ -3,8 +3,14 @@
 //! actor, fires every lifecycle event at its moment (SPEC section 7) and streams them.
 
 mod compact;
+pub(crate) mod dedup;
+pub(crate) mod pipeline;
+pub(crate) mod provider;
 mod run;
+pub(crate) mod scripted;
 mod task;
+pub(crate) mod tool;
+pub mod tools;
 mod turn;
 
 use std::path::PathBuf;
@@ -17,25 +23,29 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::approver::{Approver, NoApprover};
-use crate::bus::{Bus, ShutdownReport};
-use crate::error::Error;
-use crate::event::SessionFields;
-use crate::event_log::{EventStream, HistoryStats, HookRunStream};
-use crate::hook::Hook;
-use crate::observer::Observer;
-use crate::permission::{PermissionConfig, PermissionHandle, PermissionMode, PermissionService};
-use crate::pipeline::DEFAULT_APPROVAL_TIMEOUT;
-use crate::provider::{Message, Provider};
-use crate::sandbox::SandboxPolicy;
-use crate::scripted::ScriptedProvider;
-use crate::session::SessionConfig;
-use crate::tool::Tool;
-use crate::tools::builtin_tools;
+use crate::agent::tools::builtin_tools;
+use crate::model::error::Error;
+use crate::model::event::SessionFields;
+use crate::model::hook::Hook;
+use crate::permission::approver::{Approver, NoApprover};
+use crate::permission::service::{
+    PermissionConfig, PermissionHandle, PermissionMode, PermissionService,
+};
+use crate::runtime::bus::{Bus, ShutdownReport};
+use crate::runtime::event_log::{EventStream, HistoryStats, HookRunStream};
+use crate::runtime::observer::Observer;
+use crate::runtime::session::BusSessionConfig;
+use crate::sys::sandbox::SandboxPolicy;
 
+pub use pipeline::{system_reminder, CallResult, CallStatus, Pipeline, DEFAULT_APPROVAL_TIMEOUT};
+pub use provider::{
+    Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, ToolSpec, Usage,
+};
 #[cfg(feature = "service")]
 pub(crate) use run::cut_text;
+pub use scripted::{Script, ScriptCall, ScriptError, ScriptTurn, ScriptedProvider};
 pub use task::TaskTool;
+pub use tool::{Tool, ToolCall, ToolCx, ToolError};
 pub use turn::{TerminalReason, TurnMetrics, TurnResult};
 
 /// The loop's limits.
@@ -76,7 +86,7 @@ impl Default for Limits {
             keep_recent: 4,
             event_history: 10_000,
             event_history_bytes: 8 << 20,
-            event_stream_buffer: crate::event_log::DEFAULT_STREAM_BUFFER,
+            event_stream_buffer: crate::runtime::event_log::DEFAULT_STREAM_BUFFER,
             subagent_depth: 1,
             tool_output_bytes: 0,
             turn_tool_output_bytes: 0,
@@ -130,15 +140,6 @@ impl AgentBuilder {
         self.hooks.push(hook);
         self
     }
-    /// Registers the handlers of Claude Code settings as global hooks (after the hooks added so
-    /// far, in settings order).
-    #[cfg(feature = "claude")]
-    pub fn claude_settings(mut self, settings: &crate::claude::ClaudeSettings) -> Self {
-        for hook in settings.hooks() {
-            self.hooks.push(Arc::new(hook));
-        }
-        self
-    }
     /// Registers a global observer at build time.
     pub fn observer(self, observer: impl Observer) -> Self {
         self.observer_arc(Arc::new(observer))
@@ -164,9 +165,9 @@ impl AgentBuilder {
         self
     }
     /// How long the approver may take (default 60 s; then Deny with source `timeout`). At most
-    /// [`MAX_TIMEOUT`](crate::bounds::MAX_TIMEOUT) (24 h; longer is clamped).
+    /// [`MAX_TIMEOUT`](crate::model::bounds::MAX_TIMEOUT) (24 h; longer is clamped).
     pub fn approval_timeout(mut self, timeout: Duration) -> Self {
-        self.approval_timeout = crate::bounds::clamp_timeout(timeout);
+        self.approval_timeout = crate::model::bounds::clamp_timeout(timeout);
         self
     }
     /// The model (default: an empty [`ScriptedProvider`]).
@@ -235,7 +236,8 @@ impl AgentBuilder {
         for w in &warnings {
             tracing::warn!("{w}");
         }
-        let service = PermissionService::spawn(permissions);
+        let (service, actor) = PermissionService::actor(permissions, bus.core.supervisor.clone());
+        bus.core.spawn(actor);
         for tool in &self.tools {
             let declared = tool.path_arguments();
             if !declared.is_empty() {
@@ -446,7 +448,7 @@ pub(crate) async fn open(
         message: format!("the workspace is not usable: {e}"),
     })?;
     let mode = options.permission_mode;
-    let mut config = SessionConfig {
+    let mut config = BusSessionConfig {
         id: options.id,
         parent: lineage.parent.clone(),
         fields: SessionFields {
@@ -480,6 +482,7 @@ pub(crate) async fn open(
         cancel: Mutex::new(CancellationToken::new()),
         turn: AtomicU32::new(0),
         step: AtomicU32::new(0),
+        failure: std::sync::OnceLock::new(),
     });
     let (tx, rx) = mpsc::channel(16);
     let handle = AgentSession {
@@ -493,8 +496,8 @@ pub(crate) async fn open(
             tx: handle.tx.downgrade(),
         },
     );
-    let actor = run::SessionLoop::new(inner.clone(), shared, options.system_prompt);
-    inner.bus.spawn_actor(actor.run(rx));
+    let session = run::SessionLoop::new(inner.clone(), shared, options.system_prompt);
+    inner.bus.core.spawn(run::AgentLoop::new(session, rx));
     Ok(handle)
 }
 
@@ -517,7 +520,7 @@ impl SessionEntry {
 pub(crate) struct LoopShared {
     pub id: String,
     pub sandbox: Option<SandboxPolicy>,
-    pub session: crate::session::Session,
+    pub session: crate::runtime::session::BusSession,
     pub workspace: PathBuf,
     pub provider: Arc<dyn Provider>,
     pub lineage: Lineage,
@@ -526,6 +529,8 @@ pub(crate) struct LoopShared {
     pub cancel: Mutex<CancellationToken>,
     pub turn: AtomicU32,
     pub step: AtomicU32,
+    /// Set when the loop panicked and stopped.
+    pub failure: std::sync::OnceLock<crate::model::error::ActorFailure>,
 }
 
 pub(crate) enum LoopMsg {
@@ -545,6 +550,9 @@ pub(crate) enum LoopMsg {
         reason: String,
         reply: oneshot::Sender<()>,
     },
+    /// Panics in the loop (tests of its supervision).
+    #[cfg(test)]
+    Panic,
 }
 
 /// A cloneable handle to one agent session, served by its loop actor.
@@ -566,7 +574,7 @@ impl AgentSession {
     }
 
     /// The bus session (dispatch events of your own, register session hooks).
-    pub fn session(&self) -> &crate::session::Session {
+    pub fn session(&self) -> &crate::runtime::session::BusSession {
         &self.shared.session
     }
 
@@ -624,7 +632,7 @@ impl AgentSession {
     }
 
     /// What the hooks did with each of the session's events, as each dispatch finishes (see
-    /// [`Session::hook_runs`](crate::Session::hook_runs)).
+    /// [`BusSession::hook_runs`](crate::BusSession::hook_runs)).
     pub fn hook_runs(&self) -> HookRunStream {
         self.shared.session.hook_runs()
     }
@@ -655,8 +663,18 @@ impl AgentSession {
         self.tx.send(msg).await.map_err(|_| self.closed())
     }
 
+    /// Makes the loop panic (tests of its supervision).
+    #[cfg(test)]
+    pub(crate) async fn inject_panic(&self) {
+        let _ = self.tx.send(LoopMsg::Panic).await;
+    }
+
+    /// Why a message got no answer: the loop failed, or the session is closed.
     fn closed(&self) -> Error {
-        Error::SessionClosed(self.shared.id.clone())
+        match self.shared.failure.get() {
+            Some(failure) => Error::ActorFailed(Box::new(failure.clone())),
+            None => Error::SessionClosed(self.shared.id.clone()),
+        }
     }
 }
 

@@ -15,14 +15,16 @@ use tokio_util::sync::CancellationToken;
 use super::compact;
 use super::turn::{TerminalReason, TurnMetrics, TurnResult};
 use super::{AgentInner, LoopMsg, LoopShared};
-use crate::actor::panic_message;
-use crate::builtins::ContextDeduplicator;
-use crate::error::Error;
-use crate::event::*;
-use crate::outcome::Outcome;
-use crate::pipeline::{reminders_of, system_reminder, CallResult, CallStatus, Pipeline};
-use crate::provider::{Message, ModelRequest, ProviderError, Role, ToolSpec};
-use crate::tool::{Tool, ToolCall};
+use crate::agent::dedup::ContextDeduplicator;
+use crate::agent::pipeline::{reminders_of, system_reminder, CallResult, CallStatus, Pipeline};
+use crate::agent::provider::{Message, ModelRequest, ProviderError, Role, ToolSpec};
+use crate::agent::tool::{Tool, ToolCall};
+use crate::model::error::Error;
+use crate::model::error::{ActorFailure, ActorKind};
+use crate::model::event::*;
+use crate::model::outcome::Outcome;
+use crate::runtime::actor::{Actor, OnPanic};
+use crate::sys::panics::panic_message;
 
 /// How a turn's body ended, before the result is assembled.
 struct End {
@@ -101,41 +103,40 @@ impl SessionLoop {
         }
     }
 
-    /// Serves the session: `SessionStart`, then turns in order, then `SessionEnd`.
-    pub async fn run(mut self, mut rx: mpsc::Receiver<LoopMsg>) {
-        self.session_start(SessionSource::Startup).await;
-        while let Some(msg) = rx.recv().await {
-            match msg {
-                LoopMsg::Turn {
-                    prompt,
-                    cancel,
-                    reply,
-                } => {
-                    let result = self.run_turn(prompt, cancel).await;
-                    let _ = reply.send(result);
-                }
-                LoopMsg::Compact {
-                    instructions,
-                    reply,
-                } => {
-                    let mut metrics = TurnMetrics::default();
-                    let done = self
-                        .compact(CompactTrigger::Manual, instructions, &mut metrics)
-                        .await
-                        .unwrap_or(false);
-                    let _ = reply.send(done);
-                }
-                LoopMsg::Messages { reply } => {
-                    let _ = reply.send(self.messages.clone());
-                }
-                LoopMsg::Close { reason, reply } => {
-                    self.close(&reason).await;
-                    let _ = reply.send(());
-                    return;
-                }
+    /// Serves one message; true when the session is over.
+    async fn serve(&mut self, msg: LoopMsg) -> bool {
+        match msg {
+            LoopMsg::Turn {
+                prompt,
+                cancel,
+                reply,
+            } => {
+                let result = self.run_turn(prompt, cancel).await;
+                let _ = reply.send(result);
             }
+            LoopMsg::Compact {
+                instructions,
+                reply,
+            } => {
+                let mut metrics = TurnMetrics::default();
+                let done = self
+                    .compact(CompactTrigger::Manual, instructions, &mut metrics)
+                    .await
+                    .unwrap_or(false);
+                let _ = reply.send(done);
+            }
+            LoopMsg::Messages { reply } => {
+                let _ = reply.send(self.messages.clone());
+            }
+            LoopMsg::Close { reason, reply } => {
+                self.close(&reason).await;
+                let _ = reply.send(());
+                return true;
+            }
+            #[cfg(test)]
+            LoopMsg::Panic => panic!("agent loop fault injected"),
         }
-        self.close("other").await;
+        false
     }
 
     async fn close(&mut self, reason: &str) {
@@ -260,10 +261,12 @@ impl SessionLoop {
             let answer = tokio::select! {
                 biased;
                 _ = t.cancel.cancelled() => Err(ProviderError::Cancelled),
-                answer = AssertUnwindSafe(crate::panics::Contained::new(self.shared.provider.complete(request, &t.cancel))).catch_unwind() => {
-                    answer.unwrap_or_else(|panic| Err(ProviderError::Other(format!(
-                        "the provider panicked: {}", panic_message(panic.as_ref())
-                    ))))
+                answer = AssertUnwindSafe(crate::sys::panics::Contained::new(self.shared.provider.complete(request, &t.cancel))).catch_unwind() => {
+                    answer.unwrap_or_else(|panic| {
+                        let message = panic_message(panic.as_ref());
+                        self.shared.session.core.supervisor.report_call(ActorKind::AgentLoop, "provider", &message);
+                        Err(ProviderError::Other(format!("the provider panicked: {message}")))
+                    })
                 }
             };
             let response = match answer {
@@ -495,4 +498,52 @@ pub(crate) fn cut_text(text: &mut String, max: usize) {
     }
     text.truncate(end);
     text.push_str(&format!("\n[cut: {total} bytes in all]"));
+}
+
+/// An agent session's loop as an actor: `SessionStart`, then its messages (turns, compaction,
+/// close) in order, then `SessionEnd`. A panic stops it and fails the session: its callers get
+/// [`Error::ActorFailed`](crate::Error::ActorFailed), and no caller is left waiting.
+pub(crate) struct AgentLoop {
+    session: SessionLoop,
+    rx: mpsc::Receiver<LoopMsg>,
+    started: bool,
+}
+
+impl AgentLoop {
+    /// The loop on `rx`, not yet spawned.
+    pub fn new(session: SessionLoop, rx: mpsc::Receiver<LoopMsg>) -> Self {
+        Self {
+            session,
+            rx,
+            started: false,
+        }
+    }
+}
+
+impl Actor for AgentLoop {
+    const KIND: ActorKind = ActorKind::AgentLoop;
+    const ON_PANIC: OnPanic = OnPanic::Stop;
+
+    fn name(&self) -> String {
+        self.session.shared.id.clone()
+    }
+
+    async fn run(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.session.session_start(SessionSource::Startup).await;
+        }
+        while let Some(msg) = self.rx.recv().await {
+            if Box::pin(self.session.serve(msg)).await {
+                return;
+            }
+        }
+        self.session.close("other").await;
+    }
+
+    fn failed(&mut self, failure: &ActorFailure) {
+        let _ = self.session.shared.failure.set(failure.clone());
+        self.rx.close();
+        self.session.agent.sessions.remove(&self.session.shared.id);
+    }
 }

@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::{next_agent_id, open, AgentInner, Lineage, SessionOptions, TerminalReason};
-use crate::event::{Event, SubagentStart, SubagentStop};
-use crate::permission::ToolKind;
-use crate::pipeline::{reminders_of, system_reminder};
-use crate::tool::{Tool, ToolCx, ToolError};
+use crate::agent::pipeline::{reminders_of, system_reminder};
+use crate::agent::tool::{Tool, ToolCx, ToolError};
+use crate::model::event::{Event, SubagentStart, SubagentStop};
+use crate::permission::service::ToolKind;
 
 /// `task {prompt, subagent_type?, description?}`: starts a subagent — a child session with its
 /// own id (also its `agent_id`) and the caller as parent — runs one turn of it with `prompt`,
@@ -66,7 +66,7 @@ impl Tool for TaskTool {
             .agent
             .upgrade()
             .ok_or_else(|| ToolError::new("the agent has shut down"))?;
-        let prompt = crate::tools::str_arg(&input, "prompt")?.to_owned();
+        let prompt = crate::agent::tools::str_arg(&input, "prompt")?.to_owned();
         let agent_type = input
             .get("subagent_type")
             .and_then(Value::as_str)

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::CallResult;
-use crate::provider::Message;
+use crate::agent::pipeline::CallResult;
+use crate::agent::provider::Message;
 
 /// Why a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::event::Event;
+use crate::model::event::Event;
 
 /// A hook as the baselines see it: an async function of the event.
 #[async_trait]

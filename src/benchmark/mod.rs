@@ -21,12 +21,12 @@ use tokio::runtime::Runtime;
 use self::baselines::{
     ActorBaseline, BaselineHook, Direct, JoinAll, SleepyBaseline, TrivialBaseline,
 };
-use crate::action::{HookResult, PostToolUseAction, PreToolUseAction};
-use crate::bus::Bus;
-use crate::event::{Event, EventKind, PostToolUse, PreToolUse};
-use crate::filter::ToolFilter;
-use crate::hook::{Hook, HookCx, HookOptions};
-use crate::session::{Session, SessionConfig};
+use crate::model::action::{HookResult, PostToolUseAction, PreToolUseAction};
+use crate::model::event::{Event, EventKind, PostToolUse, PreToolUse};
+use crate::model::filter::ToolFilter;
+use crate::model::hook::{Hook, HookCx, HookOptions};
+use crate::runtime::bus::Bus;
+use crate::runtime::session::{BusSession, BusSessionConfig};
 
 /// The PreToolUse of the benchmark's tool call.
 pub fn pre_event() -> Event {
@@ -139,7 +139,7 @@ pub enum Subject {
     /// The bare actor fan-out.
     ActorBaseline(ActorBaseline),
     /// A hookbus session.
-    Hookbus(Session),
+    Hookbus(BusSession),
 }
 
 impl Subject {
@@ -169,7 +169,7 @@ impl Subject {
             bus.register(hook).await.expect("benchmark hooks register");
         }
         Subject::Hookbus(
-            bus.open_session(SessionConfig::new())
+            bus.open_session(BusSessionConfig::new())
                 .await
                 .expect("benchmark session opens"),
         )

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::*;
 use crate::claude::{ClaudeSettings, CompatOptions};
-use crate::event::{Event, PreToolUse};
+use crate::model::event::{Event, PreToolUse};
 
 const KINDS: [&str; 3] = ["direct", "join_all", "actor_baseline"];
 
@@ -186,7 +186,7 @@ fn audit(config: &BenchConfig) -> BenchResult {
     let dir = std::env::temp_dir().join(format!(
         "hookbus-bench-audit-{}-{}",
         std::process::id(),
-        crate::event::now_ms()
+        crate::model::event::now_ms()
     ));
     let _ = std::fs::create_dir_all(&dir);
     let rt = runtime(RuntimeKind::MultiThread);
@@ -203,7 +203,7 @@ fn audit(config: &BenchConfig) -> BenchResult {
         let deadline = Instant::now() + window;
         let mut tasks = Vec::new();
         for s in 0..8 {
-            let Ok(session) = bus.open_session(SessionConfig::new()).await else {
+            let Ok(session) = bus.open_session(BusSessionConfig::new()).await else {
                 continue;
             };
             let done = done.clone();
@@ -317,7 +317,7 @@ fn throughput(config: &BenchConfig, sessions: usize, inline: bool) -> (f64, Opti
         }
         let mut subjects = Vec::with_capacity(sessions);
         for _ in 0..sessions {
-            if let Ok(s) = bus.open_session(SessionConfig::new()).await {
+            if let Ok(s) = bus.open_session(BusSessionConfig::new()).await {
                 subjects.push(Subject::Hookbus(s));
             }
         }
@@ -370,11 +370,11 @@ fn idle(config: &BenchConfig) -> BenchResult {
             let _ = bus.register(hook).await;
         }
         // One session first, so one-time allocations are not counted.
-        let first = bus.open_session(SessionConfig::new()).await.ok();
+        let first = bus.open_session(BusSessionConfig::new()).await.ok();
         let before = resident_bytes();
         let mut sessions = Vec::with_capacity(config.idle_sessions);
         for _ in 0..config.idle_sessions {
-            if let Ok(s) = bus.open_session(SessionConfig::new()).await {
+            if let Ok(s) = bus.open_session(BusSessionConfig::new()).await {
                 sessions.push(s);
             }
         }
@@ -428,7 +428,7 @@ fn command(config: &BenchConfig) -> BenchResult {
         let bus = Bus::new();
         let _ = settings.register(&bus).await;
         let session = bus
-            .open_session(SessionConfig::new())
+            .open_session(BusSessionConfig::new())
             .await
             .expect("a session");
         let subject = Subject::Hookbus(session);

@@ -3,11 +3,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::action::{
+use crate::model::action::{
     GateAction, HookResult, PermissionAction, PostToolUseAction, PreToolUseAction,
 };
-use crate::event::*;
-use crate::hook::{Hook, HookCx, HookOptions};
+use crate::model::event::*;
+use crate::model::hook::{Hook, HookCx, HookOptions};
 
 /// Where [`LoggingHook`] writes.
 #[derive(Clone, Default)]

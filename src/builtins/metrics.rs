@@ -1,10 +1,10 @@
 use async_trait::async_trait;
 
-use crate::action::HookResult;
-use crate::bus::Bus;
-use crate::event::*;
-use crate::hook::{Hook, HookCx, HookOptions};
-use crate::metrics::MetricsReport;
+use crate::model::action::HookResult;
+use crate::model::event::*;
+use crate::model::hook::{Hook, HookCx, HookOptions};
+use crate::runtime::bus::Bus;
+use crate::runtime::metrics::MetricsReport;
 
 /// Counts per event, per hook and per tool, with latency percentiles (p50, p90, p99, max) per
 /// hook and per tool, timeouts, panics, fail-closed blocks and dropped observer events.

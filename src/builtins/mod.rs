@@ -11,7 +11,7 @@
 
 #[cfg(feature = "audit")]
 mod audit;
-mod dedup;
+
 mod logging;
 mod metrics;
 mod timing;
@@ -24,7 +24,7 @@ pub use audit::{
 /// The audit log under the name seed 002 gives it.
 #[cfg(feature = "audit")]
 pub type AuditLogHook = AuditLog;
-pub use dedup::ContextDeduplicator;
+pub use crate::agent::dedup::ContextDeduplicator;
 pub use logging::{LogSink, LoggingHook};
 pub use metrics::MetricsHook;
 pub use timing::{

@@ -9,11 +9,11 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::action::{HookResult, PostToolUseAction, PreToolUseAction};
 use crate::builtins::LogSink;
-use crate::event::*;
-use crate::hook::{Hook, HookCx, HookOptions};
-use crate::metrics::LatencyStats;
+use crate::model::action::{HookResult, PostToolUseAction, PreToolUseAction};
+use crate::model::event::*;
+use crate::model::hook::{Hook, HookCx, HookOptions};
+use crate::runtime::metrics::LatencyStats;
 
 /// Default most timers open at once (calls between their `PreToolUse` and their Post event,
 /// denial or session end): 10,000.

@@ -10,11 +10,11 @@ use serde_json::Value;
 use super::output::{interpret, HandlerReport};
 use super::run::{run, RunCx};
 use super::settings::{ClaudeSettings, CompatOptions, Handler};
-use crate::action::Reply;
-use crate::bus::Bus;
-use crate::error::{Error, HookError};
-use crate::filter::ToolFilter;
-use crate::hook::{Hook, HookCx, HookOptions};
+use crate::model::action::Reply;
+use crate::model::error::{Error, HookError};
+use crate::model::filter::ToolFilter;
+use crate::model::hook::{Hook, HookCx, HookOptions};
+use crate::runtime::bus::Bus;
 
 /// The metadata key under which a [`ClaudeHook`] reports its run ([`HandlerRun`]).
 pub const REPORT_KEY: &str = "claude_code";

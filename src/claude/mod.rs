@@ -37,3 +37,14 @@ pub use output::{cap, CcDecision, HandlerOutcome, HandlerReport, CONTEXT_CAP};
 pub use settings::{
     ClaudeSettings, CompatOptions, Handler, HandlerKind, Occurrence, SettingsWarning,
 };
+
+impl crate::AgentBuilder {
+    /// Registers the handlers of Claude Code settings as global hooks (after the hooks added so
+    /// far, in settings order).
+    pub fn claude_settings(mut self, settings: &ClaudeSettings) -> Self {
+        for hook in settings.hooks() {
+            self = self.hook(hook);
+        }
+        self
+    }
+}

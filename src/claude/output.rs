@@ -5,11 +5,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::run::Raw;
-use crate::action::{
+use crate::model::action::{
     Action, Extras, GateAction, PermissionAction, PermissionDecision, PostToolUseAction,
     PreToolUseAction, Reply, ToolDecision,
 };
-use crate::event::EventKind;
+use crate::model::event::EventKind;
 
 /// Longest context, system message or plain-stdout string passed on (CC-5).
 pub const CONTEXT_CAP: usize = 10_000;

@@ -16,12 +16,12 @@ use serde_json::Value;
 
 use super::hook::{HandlerRun, REPORT_KEY};
 use super::settings::{ClaudeSettings, CompatOptions};
-use crate::bounds::{MAX_TRANSCRIPT_BYTES, MAX_TRANSCRIPT_LINE_BYTES};
-use crate::bus::Bus;
-use crate::error::Error;
-use crate::event::*;
-use crate::outcome::{Decision, Outcome};
-use crate::session::SessionConfig;
+use crate::model::bounds::{MAX_TRANSCRIPT_BYTES, MAX_TRANSCRIPT_LINE_BYTES};
+use crate::model::error::Error;
+use crate::model::event::*;
+use crate::model::outcome::{Decision, Outcome};
+use crate::runtime::bus::Bus;
+use crate::runtime::session::BusSessionConfig;
 
 /// One tool call of a transcript.
 #[derive(Debug, Clone, PartialEq)]
@@ -459,7 +459,7 @@ impl Replay {
             .clone()
             .unwrap_or_else(|| "replay".into());
         let session = bus
-            .open_session(SessionConfig {
+            .open_session(BusSessionConfig {
                 id: Some(session_id),
                 fields: SessionFields {
                     transcript_path: self.transcript_path.display().to_string(),
@@ -467,7 +467,7 @@ impl Replay {
                     permission_mode: Some("default".into()),
                     ..SessionFields::default()
                 },
-                ..SessionConfig::default()
+                ..BusSessionConfig::default()
             })
             .await?;
         let legacy_continue = self.settings.options.continue_false_runs_tool;

@@ -8,9 +8,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::settings::{expand_project_dir, HandlerKind};
-use crate::bounds::deadline_after;
-use crate::process::run::Ended;
-use crate::process::{self, Captured};
+use crate::model::bounds::deadline_after;
+use crate::sys::process::run::Ended;
+use crate::sys::process::{self, Captured};
 
 /// How a handler run ended, before its output is read.
 #[derive(Debug, Clone, PartialEq, Eq)]

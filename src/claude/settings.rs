@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::bounds::{
+use crate::model::bounds::{
     clamp_timeout, read_to_string_capped, timeout_from_secs, MAX_SETTINGS_BYTES, MAX_TIMEOUT,
 };
-use crate::error::Error;
-use crate::event::EventKind;
-use crate::filter::NamePattern;
-use crate::rule::Rule;
+use crate::model::error::Error;
+use crate::model::event::EventKind;
+use crate::model::filter::NamePattern;
+use crate::model::rule::Rule;
 
 /// Version-dependent behaviour, with the current Claude Code behaviour as default.
 #[derive(Debug, Clone, PartialEq, Eq)]

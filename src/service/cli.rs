@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::config::{generate_token, parse_duration, ServiceConfig, ServiceError};
-use crate::permission::{PermissionConfig, PermissionMode};
+use crate::permission::service::{PermissionConfig, PermissionMode};
 
 /// Options of a service binary. The primary token comes from `HOOKBUS_TOKEN`; without it one is
 /// generated, printed once and written to a private file.

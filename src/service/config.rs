@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::permission::{PermissionConfig, PermissionMode};
+use crate::permission::service::{PermissionConfig, PermissionMode};
 
 /// The identity of the primary token.
 pub const OPERATOR: &str = "operator";
@@ -225,7 +225,8 @@ pub(crate) fn random_suffix() -> String {
         // No randomness: still unique within this process (ids are not secrets).
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        bytes = (NEXT.fetch_add(1, Ordering::Relaxed) ^ crate::event::now_ms()).to_be_bytes();
+        bytes =
+            (NEXT.fetch_add(1, Ordering::Relaxed) ^ crate::model::event::now_ms()).to_be_bytes();
     }
     hex(&bytes)
 }

@@ -122,8 +122,8 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::validate_request::ValidateRequestHeaderLayer;
 
 use crate::agent::{Agent, AgentBuilder};
-use crate::approver::{ApprovalDesk, ChannelApprover};
-use crate::bus::ShutdownReport;
+use crate::permission::approver::{ApprovalDesk, ChannelApprover};
+use crate::runtime::bus::ShutdownReport;
 
 #[cfg(feature = "cli")]
 pub use cli::{ServeArgs, TokenSource};

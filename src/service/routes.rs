@@ -17,10 +17,10 @@ use super::config::Identity;
 use super::sessions::{close_slot, create_workspace, remove_workspace, Slot};
 use super::sse::Feed;
 use super::{Service, ServiceLimits};
+use crate::agent::scripted::{Script, ScriptedProvider};
 use crate::agent::{SessionOptions, TurnResult};
-use crate::approver::Approval;
-use crate::permission::PermissionMode;
-use crate::scripted::{Script, ScriptedProvider};
+use crate::permission::approver::Approval;
+use crate::permission::service::PermissionMode;
 
 /// A rejected request: its status and a JSON body `{"error": "..."}`.
 #[derive(Debug, thiserror::Error)]
@@ -543,7 +543,7 @@ pub(crate) async fn answer(
 pub(crate) async fn metrics(
     State(svc): State<Service>,
     Extension(who): Extension<Identity>,
-) -> ApiResult<Json<crate::metrics::MetricsReport>> {
+) -> ApiResult<Json<crate::runtime::metrics::MetricsReport>> {
     if !who.is_operator() {
         return Err(ApiError::Forbidden(
             "the metrics cover every identity's sessions: the operator's token only".into(),

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::config::Identity;
 use crate::agent::AgentSession;
-use crate::permission::PermissionMode;
+use crate::permission::service::PermissionMode;
 
 /// One open session and what the service knows of it.
 pub(crate) struct Slot {
@@ -60,7 +60,7 @@ impl Slot {
             detached,
             keep_workspace,
             workspace,
-            opened_ms: crate::event::now_ms(),
+            opened_ms: crate::model::event::now_ms(),
             last_active: Mutex::new(Instant::now()),
             busy: AtomicBool::new(false),
         }

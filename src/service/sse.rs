@@ -22,8 +22,8 @@ use futures_util::{FutureExt, Stream};
 use serde_json::{json, Value};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::event_log::{EventStream, HookRunStream, HookRuns};
-use crate::outcome::RunStatus;
+use crate::model::outcome::RunStatus;
+use crate::runtime::event_log::{EventStream, HookRunStream, HookRuns};
 
 /// The longest `detail` of a hook run sent (a failing hook's error text).
 const DETAIL_CAP: usize = 500;
@@ -131,7 +131,7 @@ fn frame(name: &str, data: &Value) -> SseEvent {
     SseEvent::default().event(name).data(data.to_string())
 }
 
-fn envelope_frame(env: &crate::event::Envelope) -> SseEvent {
+fn envelope_frame(env: &crate::model::event::Envelope) -> SseEvent {
     let data = serde_json::to_string(env)
         .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string());
     SseEvent::default().event(env.kind().as_str()).data(data)

@@ -33,14 +33,14 @@ use tokio::sync::oneshot;
 pub use read::{AuditDb, CallRecord, SessionRecord, DEFAULT_QUERY_LIMIT};
 use writer::{Record, WriterMsg};
 
-use crate::action::{HookResult, PostToolUseAction, PreToolUseAction};
-use crate::bus::Bus;
-use crate::error::Error;
-use crate::error::HookError;
-use crate::event::*;
-use crate::execution::{ExecutionGate, ExecutionIntent};
-use crate::hook::{Hook, HookCx, HookOptions};
-use crate::observer::{Observer, ObserverOptions};
+use crate::model::action::{HookResult, PostToolUseAction, PreToolUseAction};
+use crate::model::error::Error;
+use crate::model::error::HookError;
+use crate::model::event::*;
+use crate::model::hook::{Hook, HookCx, HookOptions};
+use crate::runtime::bus::Bus;
+use crate::runtime::execution::{ExecutionGate, ExecutionIntent};
+use crate::runtime::observer::{Observer, ObserverOptions};
 
 /// Characters of a tool's output kept in the log.
 const PREVIEW: usize = 200;
@@ -90,7 +90,7 @@ impl std::fmt::Debug for AuditLog {
 }
 
 fn now_ms() -> u64 {
-    crate::event::now_ms()
+    crate::model::event::now_ms()
 }
 
 fn audit_error(path: &Path, message: impl std::fmt::Display) -> Error {

@@ -9,7 +9,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
 use super::{audit_error, schema};
-use crate::error::Error;
+use crate::model::error::Error;
 
 /// One session of the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,7 +177,7 @@ impl AuditDb {
     fn start_query(&self) -> Result<(), Error> {
         let deadline = Instant::now()
             .checked_add(self.limit)
-            .unwrap_or_else(|| Instant::now() + crate::bounds::MAX_TIMEOUT);
+            .unwrap_or_else(|| Instant::now() + crate::model::bounds::MAX_TIMEOUT);
         let fired = self.fired.clone();
         fired.store(false, Ordering::Relaxed);
         self.conn

@@ -1,0 +1,18 @@
+//! The permission service: rules, modes and their precedence (P0–P8), session rules and
+//! allow-always, hook opinions, and the [`Approver`]s that answer an `ask` (terminal, channel,
+//! policy, none), all failing closed.
+//!
+//! The service is an actor reached through a [`PermissionHandle`]. This layer knows the model
+//! (rules, events) and nothing of the bus, sessions or the agent loop.
+
+pub(crate) mod approver;
+pub(crate) mod service;
+
+pub use approver::{
+    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, NoApprover, PolicyApprover,
+    TerminalApprover,
+};
+pub use service::{
+    HookOpinion, Level, PermissionConfig, PermissionHandle, PermissionMode, PermissionQuery,
+    PermissionService, RuleSet, ToolKind, Verdict,
+};

@@ -1,0 +1,955 @@
+//! The per-session dispatcher (ORD-1 … ORD-5, FL-1 … FL-6).
+//!
+//! Each session owns one [`Dispatcher`], driven by exactly one task (the session actor), so a
+//! session's events are dispatched one after another in sequence-number order while independent
+//! sessions dispatch concurrently over the same immutable registry snapshot (ACT-3). For one event
+//! the dispatcher: loads the snapshot, picks the matching hooks from the event index and their
+//! filters (no message to a hook that does not match), enqueues the event for observers, runs the
+//! hooks in parallel (or as `after` chains / sequentially), and folds the answers in fold order.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
+use futures_util::StreamExt;
+use serde_json::Value;
+use smallvec::SmallVec;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio::time::Sleep;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::model::action::{Action, Reply};
+use crate::model::error::{ActorFailure, ActorKind};
+use crate::model::event::{now_ms, Envelope, Event, EventKind, SessionEnd};
+use crate::model::hook::{Hook, HookCx};
+use crate::model::outcome::{blocks_chain, fold, reply_decision, Answered, Outcome, RunStatus};
+use crate::runtime::core::{HookFailure, RuntimeCore};
+use crate::runtime::event_log::HookRuns;
+use crate::runtime::hook_actor::Serving;
+use crate::runtime::mailbox::{Answer, Delivery, Failure, ObserverMsg, ReplySlot};
+use crate::runtime::session_state::SessionShared;
+use crate::runtime::snapshot::{HookEntry, Snapshot, Target};
+
+/// One hook's call, before folding.
+struct Run {
+    status: RunStatus,
+    /// `None` also when the hook answered with a reply that changes nothing.
+    reply: Option<Box<Reply>>,
+    elapsed: Duration,
+}
+
+/// Dispatches one session's events. Not `Clone`: one task drives it.
+pub(crate) struct Dispatcher {
+    pub shared: Arc<SessionShared>,
+    pub bus: Arc<RuntimeCore>,
+    seq: u64,
+    closed: bool,
+    /// One timer for every parallel join of this session, pushed forward per dispatch: moving a
+    /// registered timer later costs no new registration (and no wake-up of the time driver),
+    /// where a fresh timer per hook call would cost both.
+    timer: Option<Pin<Box<Sleep>>>,
+    /// The parent of the tokens hook calls get: a child of the turn's, reused from dispatch to
+    /// dispatch until the turn changes, so a dispatch usually creates none. Nothing but the
+    /// turn's cancellation fires it: each actor hook call gets a child token of its own, which
+    /// its actor fires when the dispatcher stops waiting for it.
+    hook_token: Option<(u64, Arc<CancellationToken>)>,
+}
+
+impl Drop for Dispatcher {
+    /// A session killed without `SessionEnd` (shutdown deadline) still ends its event streams.
+    fn drop(&mut self) {
+        if let Some(log) = self.shared.log.get() {
+            log.close();
+        }
+    }
+}
+
+impl Dispatcher {
+    pub fn new(shared: Arc<SessionShared>, bus: Arc<RuntimeCore>) -> Self {
+        Self {
+            shared,
+            bus,
+            seq: 0,
+            closed: false,
+            timer: None,
+            hook_token: None,
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Fails the session after its actor (or agent loop) panicked: later calls get
+    /// [`Error::ActorFailed`](crate::Error::ActorFailed), and the session is forgotten (its
+    /// hooks, observers and scratchpad) without running `SessionEnd`.
+    pub fn fail(&mut self, failure: &ActorFailure) {
+        let _ = self.shared.failure.set(failure.clone());
+        self.closed = true;
+        self.shared.closing.store(true, Ordering::Release);
+        self.bus.forget_session(&self.shared);
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot> {
+        match self.shared.hooks.load_full() {
+            Some(s) => s,
+            None => self.bus.published.load_full(),
+        }
+    }
+
+    fn envelope(&mut self, event: Event, turn: u32, step: u32) -> Arc<Envelope> {
+        self.seq += 1;
+        let env = Arc::new(Envelope {
+            session_id: self.shared.id.clone(),
+            parent_session_id: self.shared.parent.clone(),
+            seq: self.seq,
+            turn,
+            step,
+            timestamp_ms: now_ms(),
+            fields: self.shared.fields.read().clone(),
+            event,
+        });
+        if let Some(log) = self.shared.log.get() {
+            log.push(&env);
+        }
+        env
+    }
+
+    /// Dispatches one event and returns the folded outcome.
+    pub async fn dispatch(&mut self, event: Event, turn: u32, step: u32) -> Box<Outcome> {
+        if event.kind() == EventKind::SessionEnd {
+            let reason = match &event {
+                Event::SessionEnd(SessionEnd { reason }) => reason.clone(),
+                _ => String::new(),
+            };
+            return Box::pin(self.close(&reason, turn, step)).await;
+        }
+        let env = self.envelope(event, turn, step);
+        // Hooks and observers run under this span (actors instrument each delivery with it),
+        // so their own logs nest under the dispatch that caused them. Free when nobody listens.
+        let span = tracing::debug_span!(
+            "dispatch",
+            event = %env.kind(),
+            session = %env.session_id,
+            seq = env.seq
+        );
+        let snapshot = self.snapshot();
+        self.count(&env);
+        let (cancel, epoch) = self.shared.turn();
+        let token = match self.hook_token.take() {
+            Some((e, t)) if e == epoch => t,
+            _ => Arc::new(cancel.child_token()),
+        };
+        self.hook_token = Some((epoch, token.clone()));
+        let mut timer = self
+            .timer
+            .take()
+            .unwrap_or_else(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
+        let gates = self.run_gates(&snapshot, &env, (&cancel, epoch, &token), &mut timer);
+        // Observers are enqueued beside the gates (a full mailbox must not delay them); with
+        // none subscribed there is nothing to join.
+        let outcome = if snapshot.obs_by_event[env.kind().index()].is_empty() {
+            gates.instrument(span).await
+        } else {
+            let observe = self.notify_observers(&snapshot, &env, &cancel);
+            let ((), outcome) = async { tokio::join!(observe, gates) }
+                .instrument(span)
+                .await;
+            outcome
+        };
+        self.timer = Some(timer);
+        self.record_runs(&env, &outcome);
+        outcome
+    }
+
+    /// Hands what the hooks did with this event to the session's log, when anyone keeps or
+    /// reads it.
+    fn record_runs(&self, env: &Envelope, outcome: &Outcome) {
+        if outcome.runs.is_empty() {
+            return;
+        }
+        if let Some(log) = self.shared.log.get().filter(|l| l.wants_runs()) {
+            log.push_runs(HookRuns {
+                session_id: env.session_id.clone(),
+                seq: env.seq,
+                kind: env.kind(),
+                decision: outcome.decision,
+                runs: outcome.runs.clone(),
+            });
+        }
+    }
+
+    /// Counts the event (and, with detailed metrics, the tool's latency from a Post event).
+    fn count(&self, env: &Envelope) {
+        let m = &self.bus.metrics;
+        m.events_dispatched.fetch_add(1, Ordering::Relaxed);
+        m.detail.by_event[env.kind().index()].fetch_add(1, Ordering::Relaxed);
+        if m.detail.enabled() {
+            match &env.event {
+                Event::PostToolUse(e) => {
+                    m.detail
+                        .record_tool(&e.tool_name, Duration::from_millis(e.duration_ms), false)
+                }
+                Event::PostToolUseFailure(e) => {
+                    m.detail
+                        .record_tool(&e.tool_name, Duration::from_millis(e.duration_ms), true)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Ends the session (ORD-4): waits until observers took every earlier event, dispatches
+    /// `SessionEnd` to hooks one at a time within the grace period, then drops session hooks and
+    /// the scratchpad.
+    pub async fn close(&mut self, reason: &str, turn: u32, step: u32) -> Box<Outcome> {
+        if self.closed {
+            return Box::default();
+        }
+        self.closed = true;
+        self.shared.closing.store(true, Ordering::Release);
+        let span =
+            tracing::debug_span!("dispatch", event = "SessionEnd", session = %self.shared.id);
+        Box::pin(self.close_in(reason, turn, step).instrument(span)).await
+    }
+
+    async fn close_in(&mut self, reason: &str, turn: u32, step: u32) -> Box<Outcome> {
+        let grace = Instant::now() + self.bus.config.session_end_grace;
+        let snapshot = self.snapshot();
+        self.flush_observers(&snapshot, grace).await;
+        let env = self.envelope(
+            Event::SessionEnd(SessionEnd {
+                reason: reason.to_owned(),
+            }),
+            turn,
+            step,
+        );
+        self.count(&env);
+        let cancel = Arc::new(CancellationToken::new());
+        self.notify_observers(&snapshot, &env, &cancel).await;
+        let matched = matching(&snapshot, &env);
+        let mut runs = Vec::with_capacity(matched.len());
+        for &i in &matched {
+            let entry = &snapshot.hooks[i];
+            let run = if Instant::now() >= grace {
+                self.bus
+                    .metrics
+                    .hook_skipped
+                    .fetch_add(1, Ordering::Relaxed);
+                // FL-6: skipped hooks are logged, not only counted.
+                tracing::warn!(
+                    hook = %entry.name,
+                    event = %env.kind(),
+                    session = %env.session_id,
+                    "hook skipped: the SessionEnd grace period is over"
+                );
+                Run {
+                    status: RunStatus::SkippedGraceExpired,
+                    reply: None,
+                    elapsed: Duration::ZERO,
+                }
+            } else {
+                let budget = grace - Instant::now();
+                self.call(entry, env.clone(), &cancel, Some(budget)).await
+            };
+            runs.push(run);
+        }
+        let outcome = self.fold(&snapshot, &env, &matched, runs);
+        self.record_runs(&env, &outcome);
+        self.bus.drop_session(&self.shared).await;
+        if let Some(log) = self.shared.log.get() {
+            log.close();
+        }
+        outcome
+    }
+
+    async fn flush_observers(&self, snapshot: &Snapshot, deadline: Instant) {
+        // A congested observer is already losing (and counting) events; waiting on it would
+        // only stall the session's end.
+        let acks = snapshot.observers.iter().filter(|o| {
+            !o.is_congested()
+                && o.session
+                    .as_deref()
+                    .is_none_or(|s| s == self.shared.id.as_str())
+        });
+        let waits = acks.map(|o| async move {
+            let deadline = if o.user_task {
+                deadline.min(Instant::now() + crate::runtime::observer::USER_MAILBOX_FLUSH)
+            } else {
+                deadline
+            };
+            let (tx, rx) = oneshot::channel();
+            let sent = tokio::time::timeout_at(deadline, o.tx.send(ObserverMsg::Flush(tx))).await;
+            if matches!(sent, Ok(Ok(()))) {
+                let _ = tokio::time::timeout_at(deadline, rx).await;
+            }
+        });
+        join_all(waits).await;
+    }
+
+    async fn notify_observers(
+        &self,
+        snapshot: &Snapshot,
+        env: &Arc<Envelope>,
+        cancel: &Arc<CancellationToken>,
+    ) {
+        let indices = &snapshot.obs_by_event[env.kind().index()];
+        for &i in indices {
+            let obs = &snapshot.observers[i];
+            if !obs.wants(env) {
+                continue;
+            }
+            let delivery = Delivery {
+                cx: HookCx::new(env.clone(), self.shared.scratchpad.clone(), cancel.clone()),
+                reply: None,
+                span: tracing::Span::current(),
+            };
+            obs.enqueue(delivery, &self.bus.metrics).await;
+        }
+    }
+
+    async fn run_gates(
+        &self,
+        snapshot: &Snapshot,
+        env: &Arc<Envelope>,
+        (cancel, epoch, token): (&CancellationToken, u64, &Arc<CancellationToken>),
+        timer: &mut Pin<Box<Sleep>>,
+    ) -> Box<Outcome> {
+        let matched = matching(snapshot, env);
+        if matched.is_empty() {
+            return self.fold(snapshot, env, &matched, Vec::new());
+        }
+        let kind = env.kind();
+        let sequential = self.bus.config.sequential[kind.index()];
+        let chained = sequential
+            || (snapshot.has_deps && matched.iter().any(|&i| !snapshot.deps[i].is_empty()));
+        let runs = if !chained {
+            self.run_parallel(snapshot, env, &matched, (cancel, epoch, token), timer)
+                .await
+        } else {
+            // Boxed: chains are the rare path; they should not grow the parallel one.
+            Box::pin(self.run_chains(snapshot, env, &matched, sequential, cancel)).await
+        };
+        self.fold(snapshot, env, &matched, runs)
+    }
+
+    /// Runs independent hooks together (ORD-2) in one join on this task: actor hooks are sent
+    /// their delivery at once and awaited on their reply slots, inline hooks are polled here.
+    /// One timer serves every deadline; a hook past its deadline is dropped (its reply slot
+    /// closes, so its actor drops the call) and recorded as timed out; a cancelled turn ends
+    /// the wait for every hook still running. Each actor hook call's token is its own, a child
+    /// of the turn's: it fires when that call timed out (its actor fires it, then gives the call
+    /// [`CANCEL_GRACE`](crate::CANCEL_GRACE)) or when the turn was cancelled.
+    async fn run_parallel(
+        &self,
+        snapshot: &Snapshot,
+        env: &Arc<Envelope>,
+        matched: &[usize],
+        (cancel, epoch, token): (&CancellationToken, u64, &Arc<CancellationToken>),
+        timer: &mut Pin<Box<Sleep>>,
+    ) -> Vec<Run> {
+        let started = Instant::now();
+        // Inline hooks borrow their context from here while they run on this task.
+        let inline_cxs: SmallVec<[HookCx; 4]> = matched
+            .iter()
+            .filter(|&&i| matches!(snapshot.hooks[i].target, Target::Inline(_)))
+            .map(|_| self.cx(env, token))
+            .collect();
+        let mut inline_cxs = inline_cxs.iter();
+        let mut runs: Vec<Option<Run>> = Vec::with_capacity(matched.len());
+        let mut flights: SmallVec<[InFlight<'_>; 4]> = SmallVec::with_capacity(matched.len());
+        let mut pending = 0;
+        for &i in matched {
+            let entry = &snapshot.hooks[i];
+            let flight = match &entry.target {
+                Target::Inline(hook) => match inline_cxs.next() {
+                    Some(cx) => self.start_inline(entry, hook.as_ref(), cx),
+                    None => Err(RunStatus::ReplyDropped),
+                },
+                Target::Actor(tx) => self.start_actor(entry, tx, env, token),
+            };
+            match flight {
+                Ok(flight) => {
+                    pending += 1;
+                    flights.push(flight);
+                    runs.push(None);
+                }
+                Err(status) => {
+                    flights.push(InFlight::Done);
+                    runs.push(Some(Run {
+                        status,
+                        reply: None,
+                        elapsed: Duration::ZERO,
+                    }));
+                }
+            }
+        }
+        if pending > 0 {
+            let deadline = |k: usize| started + snapshot.hooks[matched[k]].timeout;
+            let first = (0..matched.len())
+                .filter(|&k| runs[k].is_none())
+                .map(deadline)
+                .min()
+                .unwrap_or(started);
+            timer.as_mut().reset(first);
+            // Joined once (to be woken); later checks read the session's turn epoch.
+            let turn_cancelled = cancel.cancelled();
+            tokio::pin!(turn_cancelled);
+            let mut armed = false;
+            std::future::poll_fn(|cx| {
+                // One clock read per pass, for every hook that finished in it.
+                let mut now: Option<Duration> = None;
+                for (k, flight) in flights.iter_mut().enumerate() {
+                    if let Poll::Ready(answer) = flight.poll(cx) {
+                        *flight = InFlight::Done;
+                        pending -= 1;
+                        let entry = &snapshot.hooks[matched[k]];
+                        let elapsed = *now.get_or_insert_with(|| started.elapsed());
+                        runs[k] = Some(self.finish(entry, env, answer, elapsed));
+                    }
+                }
+                if pending == 0 {
+                    return Poll::Ready(());
+                }
+                let cancelled = self.shared.turn_cancelled_since(epoch)
+                    || (!armed && {
+                        armed = true;
+                        turn_cancelled.as_mut().poll(cx).is_ready()
+                    });
+                if cancelled {
+                    for (k, flight) in flights.iter_mut().enumerate() {
+                        if !matches!(flight, InFlight::Done) {
+                            *flight = InFlight::Done;
+                            runs[k] = Some(Run {
+                                status: RunStatus::Cancelled,
+                                reply: None,
+                                elapsed: started.elapsed(),
+                            });
+                        }
+                    }
+                    return Poll::Ready(());
+                }
+                while timer.as_mut().poll(cx).is_ready() {
+                    let now = Instant::now();
+                    let mut next: Option<Instant> = None;
+                    for (k, flight) in flights.iter_mut().enumerate() {
+                        if matches!(flight, InFlight::Done) {
+                            continue;
+                        }
+                        if deadline(k) <= now {
+                            *flight = InFlight::Done;
+                            pending -= 1;
+                            let entry = &snapshot.hooks[matched[k]];
+                            runs[k] = Some(self.timed_out(entry, env, started.elapsed()));
+                        } else {
+                            next = Some(next.map_or(deadline(k), |n| n.min(deadline(k))));
+                        }
+                    }
+                    match next {
+                        Some(at) => timer.as_mut().reset(at),
+                        None => return Poll::Ready(()),
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+            // A cancelled turn fired every hook's token already (they are its children); a
+            // timed-out actor hook's own token is fired by its actor when its reply slot
+            // closes here. The shared token stays: other dispatches' work keeps running.
+            drop(flights);
+        }
+        runs.into_iter()
+            .map(|r| {
+                r.unwrap_or(Run {
+                    status: RunStatus::ReplyDropped,
+                    reply: None,
+                    elapsed: Duration::ZERO,
+                })
+            })
+            .collect()
+    }
+
+    fn cx(&self, env: &Arc<Envelope>, token: &Arc<CancellationToken>) -> HookCx {
+        HookCx::new(env.clone(), self.shared.scratchpad.clone(), token.clone())
+    }
+
+    /// Counts a call, or says it is skipped (open circuit).
+    fn admit(&self, entry: &HookEntry) -> Result<(), RunStatus> {
+        let metrics = &self.bus.metrics;
+        if !entry.breaker_admits() {
+            metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
+            return Err(RunStatus::SkippedCircuitOpen);
+        }
+        metrics.hook_calls.fetch_add(1, Ordering::Relaxed);
+        entry.calls.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sends an actor hook its delivery.
+    fn start_actor(
+        &self,
+        entry: &HookEntry,
+        tx: &mpsc::Sender<Delivery>,
+        env: &Arc<Envelope>,
+        token: &Arc<CancellationToken>,
+    ) -> Result<InFlight<'static>, RunStatus> {
+        self.admit(entry)?;
+        let (slot, rx) = ReplySlot::new();
+        let delivery = Delivery {
+            cx: self.cx(env, token),
+            reply: Some(slot),
+            span: tracing::Span::current(),
+        };
+        Ok(match tx.try_send(delivery) {
+            Ok(()) => InFlight::Reply(rx),
+            // A full mailbox: wait for room within the hook's deadline.
+            Err(mpsc::error::TrySendError::Full(delivery)) => {
+                let tx = tx.clone();
+                InFlight::Boxed(Box::pin(async move {
+                    tx.send(delivery).await.ok()?;
+                    rx.await.ok()
+                }))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => InFlight::Ready(Some(Err(
+                Failure::Error("the hook's mailbox is closed".into()),
+            ))),
+        })
+    }
+
+    /// Starts an inline hook on this task.
+    fn start_inline<'a>(
+        &self,
+        entry: &'a HookEntry,
+        hook: &'a dyn Hook,
+        cx: &'a HookCx,
+    ) -> Result<InFlight<'a>, RunStatus> {
+        self.admit(entry)?;
+        Ok(match &entry.inline_limit {
+            // Limited concurrency: wait for a permit first (the rare case).
+            Some(limit) => InFlight::Boxed(Box::pin(async move {
+                let _permit = limit.acquire().await.ok();
+                Some(crate::runtime::hook_actor::serve(hook, cx).await)
+            })),
+            None => match crate::runtime::hook_actor::serving(hook, cx) {
+                Ok(call) => InFlight::Inline(call),
+                Err(failure) => InFlight::Ready(Some(Err(failure))),
+            },
+        })
+    }
+
+    /// Classifies an answer (or its absence) and records failures.
+    fn finish(
+        &self,
+        entry: &HookEntry,
+        env: &Envelope,
+        answer: Option<Answer>,
+        elapsed: Duration,
+    ) -> Run {
+        let metrics = &self.bus.metrics;
+        let (status, reply) = match answer {
+            None => {
+                metrics.hook_reply_dropped.fetch_add(1, Ordering::Relaxed);
+                (RunStatus::ReplyDropped, None)
+            }
+            Some(Ok(reply)) => (RunStatus::Answered, reply),
+            Some(Err(Failure::Error(e))) => {
+                metrics.hook_errors.fetch_add(1, Ordering::Relaxed);
+                (RunStatus::Failed(e), None)
+            }
+            Some(Err(Failure::Panic(p))) => {
+                metrics.hook_panics.fetch_add(1, Ordering::Relaxed);
+                self.bus
+                    .supervisor
+                    .report_call(ActorKind::Hook, &entry.name, &p);
+                (RunStatus::Panicked(p), None)
+            }
+        };
+        self.record(entry, env, &status, reply.as_deref(), elapsed);
+        Run {
+            status,
+            reply,
+            elapsed,
+        }
+    }
+
+    fn timed_out(&self, entry: &HookEntry, env: &Envelope, elapsed: Duration) -> Run {
+        self.bus
+            .metrics
+            .hook_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        let status = RunStatus::TimedOut;
+        self.record(entry, env, &status, None, elapsed);
+        Run {
+            status,
+            reply: None,
+            elapsed,
+        }
+    }
+
+    /// Feeds the circuit breaker; counts and logs a failure (FL-6); records the run's latency
+    /// (when detailed metrics are on) and its telemetry span.
+    fn record(
+        &self,
+        entry: &HookEntry,
+        env: &Envelope,
+        status: &RunStatus,
+        reply: Option<&Reply>,
+        elapsed: Duration,
+    ) {
+        let failed = status.is_failure();
+        entry.breaker_record(failed);
+        let detail = &self.bus.metrics.detail;
+        if detail.enabled() {
+            detail.record_hook(
+                &entry.name,
+                elapsed,
+                failed,
+                *status == RunStatus::TimedOut,
+                matches!(status, RunStatus::Panicked(_)),
+            );
+        }
+        // Telemetry: one span per hook run, with why a call was decided and by whom. The
+        // fields are only computed when a subscriber wants the span.
+        let kind = env.kind();
+        let span = tracing::debug_span!(
+            "hook_run",
+            hook = %entry.name,
+            event = %kind,
+            session = %env.session_id,
+            tool = env.event.tool().map(|(name, _)| name),
+            decision = %run_decision(kind, status, reply),
+            reason = run_reason(kind, status, reply, entry.timeout).as_deref(),
+            latency_us = elapsed.as_micros() as u64,
+        );
+        drop(span.enter());
+        if failed {
+            self.bus.metrics.record_hook_failure(&entry.name);
+            let listeners = self.bus.failure_listeners.read();
+            if !listeners.is_empty() {
+                let failure = HookFailure {
+                    session_id: env.session_id.clone(),
+                    hook: entry.name.clone(),
+                    event: env.kind(),
+                    status: status.describe(entry.timeout),
+                };
+                for listener in listeners.iter() {
+                    listener(&failure);
+                }
+            }
+            tracing::warn!(
+                hook = %entry.name,
+                event = %env.kind(),
+                session = %env.session_id,
+                status = ?status,
+                "hook failed"
+            );
+        }
+    }
+
+    /// Runs hooks with dependencies: a hook starts when the hooks it runs after have answered,
+    /// sees the input as they left it, and is skipped if one of them blocked (ORD-2, ORD-3).
+    async fn run_chains(
+        &self,
+        snapshot: &Snapshot,
+        env: &Arc<Envelope>,
+        matched: &[usize],
+        sequential: bool,
+        cancel: &CancellationToken,
+    ) -> Vec<Run> {
+        let kind = env.kind();
+        let n = matched.len();
+        // Dependencies as positions within `matched` (a dependency that did not match this event
+        // is satisfied at once).
+        let deps: Vec<Vec<usize>> = (0..n)
+            .map(|k| {
+                if sequential {
+                    return if k == 0 { vec![] } else { vec![k - 1] };
+                }
+                snapshot.deps[matched[k]]
+                    .iter()
+                    .filter_map(|d| matched.iter().position(|m| m == d))
+                    .collect()
+            })
+            .collect();
+        let mut runs: Vec<Option<Run>> = (0..n).map(|_| None).collect();
+        let mut started = vec![false; n];
+        let mut pending = FuturesUnordered::new();
+        loop {
+            let mut progressed = true;
+            while progressed {
+                progressed = false;
+                for k in 0..n {
+                    if started[k] || !deps[k].iter().all(|&d| runs[d].is_some()) {
+                        continue;
+                    }
+                    started[k] = true;
+                    progressed = true;
+                    let blocked = deps[k].iter().any(|&d| {
+                        let r = runs[d].as_ref().expect("dependency finished");
+                        let entry = &snapshot.hooks[matched[d]];
+                        matches!(r.status, RunStatus::SkippedDependencyBlocked)
+                            || blocks_chain(
+                                kind,
+                                &r.status,
+                                r.reply.as_deref(),
+                                entry.options.failure,
+                            )
+                    });
+                    if blocked {
+                        self.bus
+                            .metrics
+                            .hook_skipped
+                            .fetch_add(1, Ordering::Relaxed);
+                        runs[k] = Some(Run {
+                            status: RunStatus::SkippedDependencyBlocked,
+                            reply: None,
+                            elapsed: Duration::ZERO,
+                        });
+                        continue;
+                    }
+                    let input_env = mutated_for(env, &ancestors(&deps, k), &runs);
+                    let entry = snapshot.hooks[matched[k]].clone();
+                    pending.push(async move {
+                        let run = self.call(&entry, input_env, cancel, None).await;
+                        (k, run)
+                    });
+                }
+            }
+            match pending.next().await {
+                Some((k, run)) => runs[k] = Some(run),
+                None => break,
+            }
+        }
+        runs.into_iter()
+            .map(|r| {
+                r.unwrap_or(Run {
+                    status: RunStatus::SkippedDependencyBlocked,
+                    reply: None,
+                    elapsed: Duration::ZERO,
+                })
+            })
+            .collect()
+    }
+
+    fn fold(
+        &self,
+        snapshot: &Snapshot,
+        env: &Envelope,
+        matched: &[usize],
+        runs: Vec<Run>,
+    ) -> Box<Outcome> {
+        let kind = env.kind();
+        let answers = matched.iter().zip(runs).map(|(&i, run)| {
+            let entry = &snapshot.hooks[i];
+            Answered {
+                hook: &entry.label,
+                policy: entry.options.failure,
+                timeout: entry.timeout,
+                status: run.status,
+                reply: run.reply,
+                elapsed: run.elapsed,
+            }
+        });
+        let (outcome, stats) = fold(kind, env.seq, answers);
+        let outcome = Box::new(outcome);
+        let m = &self.bus.metrics;
+        m.fail_closed_blocks
+            .fetch_add(stats.fail_closed, Ordering::Relaxed);
+        if stats.ignored > 0 {
+            m.ignored_actions
+                .fetch_add(stats.ignored, Ordering::Relaxed);
+            tracing::warn!(event = %kind, session = %env.session_id, ignored = stats.ignored, "hook actions that do not fit the event were ignored");
+        }
+        outcome
+    }
+
+    /// Calls one hook with its timeout (or `budget`, when shorter) and classifies the result:
+    /// the one-at-a-time path of `after` chains and `SessionEnd`, started like a parallel join's
+    /// calls and with a child token of its own.
+    async fn call(
+        &self,
+        entry: &Arc<HookEntry>,
+        env: Arc<Envelope>,
+        parent: &CancellationToken,
+        budget: Option<Duration>,
+    ) -> Run {
+        let started = Instant::now();
+        let token = Arc::new(parent.child_token());
+        // An inline hook borrows its context from here while it runs.
+        let cx;
+        let flight = match &entry.target {
+            Target::Inline(hook) => {
+                cx = self.cx(&env, &token);
+                self.start_inline(entry, hook.as_ref(), &cx)
+            }
+            Target::Actor(tx) => self.start_actor(entry, tx, &env, &token),
+        };
+        let mut flight = match flight {
+            Ok(flight) => flight,
+            Err(status) => {
+                return Run {
+                    status,
+                    reply: None,
+                    elapsed: Duration::ZERO,
+                }
+            }
+        };
+        let limit = budget.map_or(entry.timeout, |b| b.min(entry.timeout));
+        let answer = tokio::time::timeout(limit, std::future::poll_fn(|c| flight.poll(c))).await;
+        drop(flight);
+        let elapsed = started.elapsed();
+        match answer {
+            Err(_) => {
+                token.cancel();
+                self.timed_out(entry, &env, elapsed)
+            }
+            Ok(answer) => self.finish(entry, &env, answer, elapsed),
+        }
+    }
+}
+
+/// One hook call in flight in a parallel join.
+enum InFlight<'a> {
+    /// An actor hook: the answer comes through its reply slot.
+    Reply(oneshot::Receiver<Answer>),
+    /// An inline hook, polled in place on the dispatcher's task.
+    Inline(Serving<'a>),
+    /// A call that must wait first (a full mailbox, an inline concurrency limit).
+    Boxed(Pin<Box<dyn Future<Output = Option<Answer>> + Send + 'a>>),
+    /// Known at once (a closed mailbox, a panic while starting).
+    Ready(Option<Answer>),
+    /// Finished, timed out or cancelled: nothing left to poll.
+    Done,
+}
+
+impl InFlight<'_> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Answer>> {
+        match self {
+            InFlight::Reply(rx) => Pin::new(rx).poll(cx).map(Result::ok),
+            InFlight::Inline(call) => Pin::new(call).poll(cx).map(Some),
+            InFlight::Boxed(f) => f.as_mut().poll(cx),
+            InFlight::Ready(answer) => Poll::Ready(answer.take()),
+            InFlight::Done => Poll::Pending,
+        }
+    }
+}
+
+/// What one run decided, for telemetry: the reply's decision, or how the call failed.
+fn run_decision(kind: EventKind, status: &RunStatus, reply: Option<&Reply>) -> String {
+    match (status, reply) {
+        (RunStatus::Answered, Some(r)) => format!("{:?}", reply_decision(kind, &r.action).0),
+        (RunStatus::Answered, None) => "Continue".into(),
+        (other, _) => format!("{other:?}")
+            .split('(')
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+/// The reason of a run's decision, or the failure's description.
+fn run_reason(
+    kind: EventKind,
+    status: &RunStatus,
+    reply: Option<&Reply>,
+    timeout: Duration,
+) -> Option<String> {
+    match (status, reply) {
+        (RunStatus::Answered, Some(r)) => reply_decision(kind, &r.action).1,
+        (RunStatus::Answered, None) => None,
+        (other, _) => Some(other.describe(timeout)),
+    }
+}
+
+/// Indices into the snapshot of the hooks that want this event, in fold order.
+fn matching(snapshot: &Snapshot, env: &Envelope) -> SmallVec<[usize; 8]> {
+    let k = env.kind().index();
+    let Some((tool, _)) = env.event.tool() else {
+        return snapshot.by_event[k]
+            .iter()
+            .copied()
+            .filter(|&i| snapshot.hooks[i].matches(env))
+            .collect();
+    };
+    // Hooks indexed under this tool's name match by construction; the rest are asked. Both
+    // lists are in fold order; merging keeps it.
+    let named = snapshot.by_tool[k].get(tool).map_or(&[][..], Vec::as_slice);
+    let mut others = snapshot.untargeted[k]
+        .iter()
+        .copied()
+        .filter(|&i| snapshot.hooks[i].matches(env))
+        .peekable();
+    let mut out = SmallVec::new();
+    let mut named = named.iter().copied().peekable();
+    loop {
+        match (named.peek(), others.peek()) {
+            (Some(&a), Some(&b)) if a < b => out.extend(named.next()),
+            (Some(_), Some(_)) | (None, Some(_)) => out.extend(others.next()),
+            (Some(_), None) => out.extend(named.next()),
+            (None, None) => return out,
+        }
+    }
+}
+
+/// Every hook `k` transitively runs after, in fold order.
+fn ancestors(deps: &[Vec<usize>], k: usize) -> Vec<usize> {
+    let mut seen = vec![false; deps.len()];
+    let mut stack = deps[k].clone();
+    while let Some(d) = stack.pop() {
+        if !seen[d] {
+            seen[d] = true;
+            stack.extend(deps[d].iter().copied());
+        }
+    }
+    (0..deps.len()).filter(|&i| seen[i]).collect()
+}
+
+/// The envelope as the mutations of `ancestors` (in fold order) left it.
+fn mutated_for(env: &Arc<Envelope>, ancestors: &[usize], runs: &[Option<Run>]) -> Arc<Envelope> {
+    let mut current: Option<Envelope> = None;
+    for &a in ancestors {
+        let Some(Run {
+            status: RunStatus::Answered,
+            reply: Some(reply),
+            ..
+        }) = &runs[a]
+        else {
+            continue;
+        };
+        let base = current.as_ref().unwrap_or(env.as_ref());
+        if let Some(next) = apply_mutation(base, &reply.action) {
+            current = Some(next);
+        }
+    }
+    current.map_or_else(|| env.clone(), Arc::new)
+}
+
+fn apply_mutation(env: &Envelope, action: &Action) -> Option<Envelope> {
+    let mut next = env.clone();
+    match (&mut next.event, action) {
+        (Event::PreToolUse(e), Action::PreToolUse(a)) => {
+            e.tool_input = a.updated_input.clone()?;
+        }
+        (Event::PostToolUse(e), Action::PostToolUse(a)) => {
+            let output = a.replace_output.clone()?;
+            let original = std::mem::replace(&mut e.tool_response, output);
+            e.original_response.get_or_insert(original);
+        }
+        (Event::PostToolUseFailure(e), Action::PostToolUse(a)) => {
+            e.error = match a.replace_output.clone()? {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+        }
+        _ => return None,
+    }
+    Some(next)
+}

@@ -1,0 +1,165 @@
+//! The hook actor: one task per registered [`Hook`] that owns the hook and serves deliveries
+//! from its mailbox, concurrently up to the hook's `max_concurrency`, with panics caught per call.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::future::CatchUnwind;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
+use tokio::sync::mpsc;
+
+use crate::model::error::ActorKind;
+use crate::model::hook::{call_hook, CallHook, Hook, HookCx, CANCEL_GRACE};
+use crate::runtime::actor::{Actor, OnPanic};
+use crate::runtime::mailbox::{Answer, Delivery, Failure, ReplySlot};
+use crate::sys::panics::{contained, panic_message, Contained};
+use tracing::Instrument;
+
+/// One hook call with its panics caught. `Unpin` and allocation-free beyond the hook's own
+/// future, so the dispatcher can poll an inline hook in place.
+pub(crate) struct Serving<'a> {
+    call: CatchUnwind<AssertUnwindSafe<Contained<CallHook<'a>>>>,
+}
+
+impl Future for Serving<'_> {
+    type Output = Answer;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        Pin::new(&mut self.call)
+            .poll(cx)
+            .map(|result| match result {
+                Ok(Ok(reply)) => Ok(reply),
+                Ok(Err(e)) => Err(Failure::Error(e.to_string())),
+                Err(panic) => Err(Failure::Panic(panic_message(panic.as_ref()))),
+            })
+    }
+}
+
+/// Starts the call of `hook` for the event in `cx`; a panic while starting it is a failure.
+pub(crate) fn serving<'a>(hook: &'a dyn Hook, cx: &'a HookCx) -> Result<Serving<'a>, Failure> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| contained(|| call_hook(hook, cx))))
+        .map(|call| Serving {
+            call: AssertUnwindSafe(Contained::new(call)).catch_unwind(),
+        })
+        .map_err(|panic| Failure::Panic(panic_message(panic.as_ref())))
+}
+
+/// Runs `hook` for the event in `cx`, turning a panic into a [`Failure`].
+pub(crate) async fn serve(hook: &dyn Hook, cx: &HookCx) -> Answer {
+    match serving(hook, cx) {
+        Ok(call) => call.await,
+        Err(failure) => Err(failure),
+    }
+}
+
+/// One delivery: skipped if nobody waits any more; dropped when the dispatcher stops waiting
+/// (the hook timed out, or the turn was cancelled), which it learns from the reply slot.
+async fn serve_delivery(hook: Arc<dyn Hook>, delivery: Delivery) {
+    let Delivery { cx, reply, span } = delivery;
+    serve_in(hook, cx, reply).instrument(span).await
+}
+
+async fn serve_in(hook: Arc<dyn Hook>, cx: HookCx, reply: Option<ReplySlot>) {
+    match reply {
+        Some(mut slot) => {
+            if slot.is_closed() {
+                return;
+            }
+            // The call's own token: firing it when the dispatcher stops waiting stops this
+            // call alone, not the other hooks of the dispatch.
+            let cx = cx.with_own_token();
+            let call = serve(hook.as_ref(), &cx);
+            tokio::pin!(call);
+            tokio::select! {
+                biased;
+                _ = slot.closed() => {
+                    // The token fires first; the call gets a short grace to see it.
+                    cx.cancellation().cancel();
+                    let _ = tokio::time::timeout(CANCEL_GRACE, call).await;
+                }
+                answer = &mut call => {
+                    slot.answer(answer);
+                }
+            }
+        }
+        None => {
+            let _ = serve(hook.as_ref(), &cx).await;
+        }
+    }
+}
+
+/// A hook's actor: owns the hook and serves deliveries from its mailbox, concurrently up to the
+/// hook's `max_concurrency`. Ends when every sender is gone and the in-flight calls have
+/// finished (ACT-5). A delivery is polled once as it arrives; only a call that does not finish
+/// at once joins the in-flight set, so a quick hook costs one turn of the loop.
+///
+/// Panics inside a call are caught around the call (the dispatcher reports them); a panic of
+/// the loop itself restarts it with the same hook and mailbox, and the calls that were in flight
+/// fail by their hook's policy (their reply slots are dropped).
+pub(crate) struct HookActor {
+    hook: Arc<dyn Hook>,
+    rx: mpsc::Receiver<Delivery>,
+    limit: usize,
+}
+
+impl HookActor {
+    /// The mailbox and the actor, not yet spawned.
+    pub fn pair(
+        hook: Arc<dyn Hook>,
+        capacity: usize,
+        max_concurrency: Option<usize>,
+    ) -> (mpsc::Sender<Delivery>, HookActor) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let actor = HookActor {
+            hook,
+            rx,
+            limit: max_concurrency.unwrap_or(usize::MAX).max(1),
+        };
+        (tx, actor)
+    }
+}
+
+impl Actor for HookActor {
+    const KIND: ActorKind = ActorKind::Hook;
+    const ON_PANIC: OnPanic = OnPanic::Restart;
+
+    fn name(&self) -> String {
+        self.hook.name().to_owned()
+    }
+
+    async fn run(&mut self) {
+        let HookActor { hook, rx, limit } = self;
+        let limit = *limit;
+        let mut inflight = FuturesUnordered::new();
+        let mut open = true;
+        std::future::poll_fn(|cx| loop {
+            while let Poll::Ready(Some(())) = inflight.poll_next_unpin(cx) {}
+            if open && inflight.len() < limit {
+                match rx.poll_recv(cx) {
+                    Poll::Ready(Some(delivery)) => {
+                        let mut call = Box::pin(serve_delivery(hook.clone(), delivery));
+                        if call.as_mut().poll(cx).is_pending() {
+                            inflight.push(call);
+                        }
+                        continue;
+                    }
+                    Poll::Ready(None) => {
+                        open = false;
+                        continue;
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            if !open && inflight.is_empty() {
+                return Poll::Ready(());
+            }
+            return Poll::Pending;
+        })
+        .await
+    }
+}

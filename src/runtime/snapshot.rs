@@ -1,0 +1,291 @@
+//! What dispatch reads: the registered hooks ([`HookEntry`]) and observers in fold order, indexed
+//! per event and per tool, as one immutable [`Snapshot`] the registry publishes (HK-5).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+
+use crate::model::error::Error;
+use crate::model::event::{Envelope, EventKind};
+use crate::model::hook::{Hook, HookOptions};
+use crate::runtime::mailbox::Delivery;
+use crate::runtime::observer::ObserverEntry;
+
+/// How the dispatcher reaches a hook.
+pub(crate) enum Target {
+    /// A task of its own (a trait hook's actor, or a user's mailbox).
+    Actor(mpsc::Sender<Delivery>),
+    /// Run on the dispatcher's task.
+    Inline(Arc<dyn Hook>),
+}
+
+/// Circuit-breaker state of one hook (FL-4).
+#[derive(Default)]
+pub(crate) struct Breaker {
+    consecutive: AtomicU32,
+    open_until: Mutex<Option<Instant>>,
+    reported: AtomicBool,
+}
+
+/// A registered hook.
+pub(crate) struct HookEntry {
+    pub name: String,
+    /// The name again, shared: every run of the hook reports it without a copy.
+    pub label: Arc<str>,
+    pub seq: u64,
+    pub options: HookOptions,
+    pub timeout: Duration,
+    pub target: Target,
+    pub session: Option<String>,
+    pub breaker: Breaker,
+    pub inline_limit: Option<Semaphore>,
+    pub calls: AtomicU64,
+}
+
+impl HookEntry {
+    pub fn new(
+        name: String,
+        seq: u64,
+        options: HookOptions,
+        timeout: Duration,
+        target: Target,
+        session: Option<String>,
+    ) -> Self {
+        let inline_limit = match (&target, options.max_concurrency) {
+            (Target::Inline(_), Some(n)) => Some(Semaphore::new(n)),
+            _ => None,
+        };
+        Self {
+            label: Arc::from(name.as_str()),
+            name,
+            seq,
+            options,
+            timeout,
+            target,
+            session,
+            breaker: Breaker::default(),
+            inline_limit,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the hook wants this event (its filter or matcher), without messaging it.
+    pub fn matches(&self, env: &Envelope) -> bool {
+        let kind = env.kind();
+        if kind.is_tool_event() {
+            if self.options.filter.is_any() {
+                return true;
+            }
+            let (name, input) = env.event.tool().unwrap_or(("", &serde_json::Value::Null));
+            let cwd = (!env.fields.cwd.is_empty()).then(|| Path::new(&env.fields.cwd));
+            self.options.filter.matches(name, input, cwd)
+        } else {
+            match env.event.query() {
+                Some(q) => self.options.matcher.matches(q),
+                None => true,
+            }
+        }
+    }
+
+    /// False while the circuit is open (FL-4).
+    pub fn breaker_admits(&self) -> bool {
+        if self.options.circuit_breaker.is_none() {
+            return true;
+        }
+        let mut open = self.breaker.open_until.lock();
+        match *open {
+            Some(until) if Instant::now() < until => false,
+            Some(_) => {
+                *open = None;
+                self.breaker.consecutive.store(0, Ordering::Relaxed);
+                self.breaker.reported.store(false, Ordering::Relaxed);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Records the outcome of a call for the circuit breaker.
+    pub fn breaker_record(&self, failed: bool) {
+        let Some(cb) = self.options.circuit_breaker else {
+            return;
+        };
+        if !failed {
+            self.breaker.consecutive.store(0, Ordering::Relaxed);
+            return;
+        }
+        let n = self.breaker.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= cb.failures {
+            *self.breaker.open_until.lock() = Some(crate::model::bounds::deadline_after(
+                Instant::now(),
+                cb.cool_down,
+            ));
+            if !self.breaker.reported.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    hook = %self.name,
+                    failures = n,
+                    cool_down_ms = cb.cool_down.as_millis() as u64,
+                    "circuit breaker opened: hook skipped for the cool-down"
+                );
+            }
+        }
+    }
+}
+
+/// An immutable view of the registered hooks and observers, in fold order, with an index per
+/// event.
+#[derive(Default)]
+pub(crate) struct Snapshot {
+    /// Hooks in fold order: a topological order of `after`, ties by (priority, registration).
+    pub hooks: Vec<Arc<HookEntry>>,
+    /// Indices into `hooks` per event kind, in fold order.
+    pub by_event: [Vec<usize>; EventKind::COUNT],
+    /// For each hook, the indices of the hooks it runs after.
+    pub deps: Vec<Vec<usize>>,
+    /// Whether any hook has dependencies.
+    pub has_deps: bool,
+    pub observers: Vec<Arc<ObserverEntry>>,
+    pub obs_by_event: [Vec<usize>; EventKind::COUNT],
+    /// Tool events only: hooks whose filter is a list of exact tool names, by tool name, in
+    /// fold order (a non-matching hook is never even looked at).
+    pub by_tool: [HashMap<String, Vec<usize>>; EventKind::COUNT],
+    /// Tool events only: the other hooks of the event (checked one by one), in fold order.
+    pub untargeted: [Vec<usize>; EventKind::COUNT],
+}
+
+impl Snapshot {
+    /// Orders `hooks` (fold order) and indexes them; fails on unknown names or cycles.
+    pub fn build(
+        mut hooks: Vec<Arc<HookEntry>>,
+        observers: Vec<Arc<ObserverEntry>>,
+    ) -> Result<Snapshot, Error> {
+        hooks.sort_by_key(|h| (h.options.priority, h.seq));
+        // Later entries of the same name (session scope) shadow earlier ones (global scope).
+        let by_name: HashMap<&str, usize> = hooks
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.name.as_str(), i))
+            .collect();
+        let mut deps = Vec::with_capacity(hooks.len());
+        for h in &hooks {
+            let mut d = Vec::new();
+            for name in &h.options.after {
+                match by_name.get(name.as_str()) {
+                    Some(&j) => d.push(j),
+                    None => {
+                        return Err(Error::UnknownDependency {
+                            hook: h.name.clone(),
+                            missing: name.clone(),
+                        })
+                    }
+                }
+            }
+            deps.push(d);
+        }
+        let order = topo_order(&hooks, &deps)?;
+        let mut position = vec![0; hooks.len()];
+        for (pos, &old) in order.iter().enumerate() {
+            position[old] = pos;
+        }
+        let ordered: Vec<Arc<HookEntry>> = order.iter().map(|&i| hooks[i].clone()).collect();
+        let deps: Vec<Vec<usize>> = order
+            .iter()
+            .map(|&i| deps[i].iter().map(|&j| position[j]).collect())
+            .collect();
+        let has_deps = deps.iter().any(|d| !d.is_empty());
+        let mut by_event: [Vec<usize>; EventKind::COUNT] = Default::default();
+        let mut obs_by_event: [Vec<usize>; EventKind::COUNT] = Default::default();
+        for kind in EventKind::ALL {
+            by_event[kind.index()] = (0..ordered.len())
+                .filter(|&i| ordered[i].options.subscribes(kind))
+                .collect();
+            obs_by_event[kind.index()] = (0..observers.len())
+                .filter(|&i| {
+                    let e = &observers[i].options.events;
+                    e.is_empty() || e.contains(&kind)
+                })
+                .collect();
+        }
+        let mut by_tool: [HashMap<String, Vec<usize>>; EventKind::COUNT] = Default::default();
+        let mut untargeted: [Vec<usize>; EventKind::COUNT] = Default::default();
+        for kind in EventKind::ALL.into_iter().filter(|k| k.is_tool_event()) {
+            for &i in &by_event[kind.index()] {
+                match ordered[i].options.filter.exact_names() {
+                    Some(names) => {
+                        for name in names {
+                            let list = by_tool[kind.index()].entry(name.clone()).or_default();
+                            if list.last() != Some(&i) {
+                                list.push(i);
+                            }
+                        }
+                    }
+                    None => untargeted[kind.index()].push(i),
+                }
+            }
+        }
+        Ok(Snapshot {
+            hooks: ordered,
+            by_event,
+            deps,
+            has_deps,
+            observers,
+            obs_by_event,
+            by_tool,
+            untargeted,
+        })
+    }
+}
+
+/// Kahn's algorithm, taking the smallest (priority, registration) ready hook each time, so the
+/// order is deterministic and equals registration order when there are no dependencies.
+fn topo_order(hooks: &[Arc<HookEntry>], deps: &[Vec<usize>]) -> Result<Vec<usize>, Error> {
+    let n = hooks.len();
+    let mut indegree: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut dependents = vec![Vec::new(); n];
+    for (i, d) in deps.iter().enumerate() {
+        for &j in d {
+            dependents[j].push(i);
+        }
+    }
+    let key = |i: usize| Reverse((hooks[i].options.priority, hooks[i].seq, i));
+    let mut ready: BinaryHeap<_> = (0..n).filter(|&i| indegree[i] == 0).map(key).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(Reverse((_, _, i))) = ready.pop() {
+        order.push(i);
+        for &k in &dependents[i] {
+            indegree[k] -= 1;
+            if indegree[k] == 0 {
+                ready.push(key(k));
+            }
+        }
+    }
+    if order.len() == n {
+        return Ok(order);
+    }
+    // Walk dependencies among the hooks left over until one repeats: that is a cycle.
+    let mut path = vec![(0..n).find(|&i| indegree[i] > 0).unwrap_or(0)];
+    loop {
+        let last = *path.last().unwrap_or(&0);
+        let next = deps[last]
+            .iter()
+            .copied()
+            .find(|&j| indegree[j] > 0)
+            .unwrap_or(last);
+        if let Some(start) = path.iter().position(|&p| p == next) {
+            let mut names: Vec<String> = path[start..]
+                .iter()
+                .map(|&i| hooks[i].name.clone())
+                .collect();
+            names.push(hooks[next].name.clone());
+            return Err(Error::DependencyCycle(names));
+        }
+        path.push(next);
+    }
+}
