@@ -7,7 +7,9 @@
 //! * `actor_baseline`: a dispatcher task, one task per hook, mpsc + oneshot;
 //! * `hookbus` / `hookbus_inline`: hookbus with the hooks as actors / inline.
 //!
-//! `idle_session_bytes` is a memory figure, reported by `hookbus bench` only.
+//! Every timed loop runs inside a task spawned on the runtime (as an agent session does);
+//! `block_on` only starts and joins it. `idle_session_bytes` is a memory figure, reported by
+//! `hookbus bench` only.
 
 // `criterion_group!` and `criterion_main!` generate public functions without docs.
 #![allow(missing_docs)]
@@ -16,7 +18,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use hookbus::benchmark::{
-    pairs_per_second, pre_event, runtime, trivial_hooks, BenchHook, RuntimeKind, Subject,
+    in_task, pairs_per_second, runtime, time_events, time_pairs, trivial_hooks, BenchHook,
+    RuntimeKind, Subject,
 };
 use hookbus::claude::{ClaudeSettings, CompatOptions};
 use hookbus::{Bus, BusSessionConfig};
@@ -34,14 +37,18 @@ fn pair_n_hooks(c: &mut Criterion) {
             let mut group = c.benchmark_group(format!("pair_{n}_hooks/{rt_name}"));
             for base in BASELINES {
                 let subject = rt.block_on(async { Subject::baseline(base, n, Duration::ZERO) });
-                group.bench_function(base, |b| b.to_async(&rt).iter(|| subject.pair()));
+                group.bench_function(base, |b| {
+                    b.iter_custom(|iters| time_pairs(&rt, &subject, iters))
+                });
             }
             for inline in [false, true] {
                 let subject = rt.block_on(async {
                     Subject::hookbus(&Bus::new(), trivial_hooks(n, inline)).await
                 });
                 let name = if inline { "hookbus_inline" } else { "hookbus" };
-                group.bench_function(name, |b| b.to_async(&rt).iter(|| subject.pair()));
+                group.bench_function(name, |b| {
+                    b.iter_custom(|iters| time_pairs(&rt, &subject, iters))
+                });
             }
             group.finish();
         }
@@ -56,7 +63,7 @@ fn slow_4x10ms(c: &mut Criterion) {
     for base in BASELINES {
         let subject = rt.block_on(async { Subject::baseline(base, 4, delay) });
         group.bench_function(base, |b| {
-            b.to_async(&rt).iter(|| subject.event(pre_event()))
+            b.iter_custom(|iters| time_events(&rt, &subject, iters))
         });
     }
     let subject = rt.block_on(async {
@@ -66,7 +73,7 @@ fn slow_4x10ms(c: &mut Criterion) {
         Subject::hookbus(&Bus::new(), hooks).await
     });
     group.bench_function("hookbus", |b| {
-        b.to_async(&rt).iter(|| subject.event(pre_event()))
+        b.iter_custom(|iters| time_events(&rt, &subject, iters))
     });
     group.finish();
 }
@@ -125,7 +132,7 @@ fn filter_100_registered(c: &mut Criterion) {
             Subject::hookbus(&Bus::new(), hooks).await
         });
         group.bench_function(BenchmarkId::new("hookbus", registered), |b| {
-            b.to_async(&rt).iter(|| subject.pair())
+            b.iter_custom(|iters| time_pairs(&rt, &subject, iters))
         });
     }
     group.finish();
@@ -136,12 +143,18 @@ fn command_hook(c: &mut Criterion) {
     let mut group = c.benchmark_group("command_hook");
     group.sample_size(20);
     group.bench_function("bare_spawn", |b| {
-        b.to_async(&rt).iter(|| async {
-            let _ = tokio::process::Command::new("sh")
-                .arg("-c")
-                .arg("true")
-                .output()
-                .await;
+        b.iter_custom(|iters| {
+            in_task(&rt, async move {
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    let _ = tokio::process::Command::new("sh")
+                        .arg("-c")
+                        .arg("true")
+                        .output()
+                        .await;
+                }
+                start.elapsed()
+            })
         })
     });
     let subject = rt.block_on(async {
@@ -156,7 +169,7 @@ fn command_hook(c: &mut Criterion) {
         Subject::Hookbus(bus.open_session(BusSessionConfig::new()).await.expect("session"))
     });
     group.bench_function("hookbus", |b| {
-        b.to_async(&rt).iter(|| subject.event(pre_event()))
+        b.iter_custom(|iters| time_events(&rt, &subject, iters))
     });
     group.finish();
 }

@@ -97,6 +97,11 @@ mod sys;
 #[cfg(test)]
 mod supervision_tests;
 
+// The README's Rust blocks compile as doctests (with the default features they use).
+#[cfg(all(doctest, feature = "claude", feature = "audit"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use agent::{
     system_reminder, tools, Agent, AgentBuilder, AgentSession, CallResult, CallStatus, Limits,
     Message, ModelRequest, ModelResponse, Pipeline, Provider, ProviderError, Role, Script,

@@ -214,11 +214,15 @@ pub fn trivial_hooks(n: usize, inline: bool) -> Vec<BenchHook> {
         .collect()
 }
 
+/// The name of the multi-thread runtime's worker threads.
+pub const WORKER_THREAD: &str = "hookbus-bench-worker";
+
 /// The two runtimes every latency scenario runs on.
 pub fn runtime(kind: RuntimeKind) -> Runtime {
     let rt = match kind {
         RuntimeKind::MultiThread => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .thread_name(WORKER_THREAD)
             .enable_all()
             .build(),
         RuntimeKind::CurrentThread => tokio::runtime::Builder::new_current_thread()
@@ -307,6 +311,84 @@ impl BenchConfig {
     }
 }
 
+/// Runs `fut` as a task spawned on `rt` and waits for it: the way an agent session runs, on a
+/// runtime worker. `block_on` only starts and joins it; timing from `block_on` itself would
+/// measure an outside caller waking a parked worker on every message instead.
+pub fn in_task<F>(rt: &Runtime, fut: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    rt.block_on(async move {
+        tokio::spawn(fut)
+            .await
+            .expect("the benchmark task completes")
+    })
+}
+
+/// Where a timed loop ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    /// Inside a spawned tokio task (not a `block_on` future).
+    pub in_task: bool,
+    /// The thread's name ([`WORKER_THREAD`] on the multi-thread runtime's workers).
+    pub thread: Option<String>,
+}
+
+impl Placement {
+    /// Where the caller runs now.
+    pub fn here() -> Self {
+        Self {
+            in_task: tokio::task::try_id().is_some(),
+            thread: std::thread::current().name().map(str::to_owned),
+        }
+    }
+}
+
+/// A median time and where it was measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Timing {
+    /// Median nanoseconds per operation.
+    pub ns: f64,
+    /// Where the timed loop ran.
+    pub placement: Placement,
+}
+
+/// Times one tool-call pair of `subject` (median ns) in a task spawned on `rt`.
+pub fn pair_latency(rt: &Runtime, config: &BenchConfig, subject: Subject) -> Timing {
+    let config = *config;
+    in_task(rt, async move {
+        let placement = Placement::here();
+        let ns = median_ns(&config, || subject.pair()).await;
+        Timing { ns, placement }
+    })
+}
+
+/// Times `iters` tool-call pairs of `subject` in a task spawned on `rt` (for criterion's
+/// `iter_custom`).
+pub fn time_pairs(rt: &Runtime, subject: &Subject, iters: u64) -> Duration {
+    let subject = subject.clone();
+    in_task(rt, async move {
+        let start = Instant::now();
+        for _ in 0..iters {
+            subject.pair().await;
+        }
+        start.elapsed()
+    })
+}
+
+/// Times `iters` PreToolUse events of `subject` in a task spawned on `rt`.
+pub fn time_events(rt: &Runtime, subject: &Subject, iters: u64) -> Duration {
+    let subject = subject.clone();
+    in_task(rt, async move {
+        let start = Instant::now();
+        for _ in 0..iters {
+            subject.event(pre_event()).await;
+        }
+        start.elapsed()
+    })
+}
+
 /// Median time of one `op`, over `config.samples` samples of at least `sample_time` each.
 pub async fn median_ns<F, Fut>(config: &BenchConfig, mut op: F) -> f64
 where
@@ -369,4 +451,4 @@ pub fn resident_bytes() -> u64 {
 }
 
 mod run;
-pub use run::run;
+pub use run::{pair_figures, run, PairFigures};
