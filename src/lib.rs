@@ -78,6 +78,8 @@
 //! See `ARCHITECTURE.md` for where each piece lives and the invariants it keeps.
 
 #![warn(missing_docs)]
+// Non-test code handles its errors; tests may unwrap (clippy.toml).
+#![warn(clippy::unwrap_used)]
 
 mod agent;
 #[cfg(feature = "bench")]
