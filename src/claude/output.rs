@@ -178,6 +178,46 @@ fn opt_bool(o: &Map<String, Value>, key: &str) -> Result<Option<bool>, String> {
 
 /// Validates JSON output against the schema for `event` and extracts what applies.
 fn parse_output(event: EventKind, o: &Map<String, Value>) -> Result<Parsed, String> {
+    let mut p = parse_common(event, o)?;
+    let Some(h) = specific_output(event, o)? else {
+        return Ok(p);
+    };
+    let context = opt_str(h, "additionalContext")?;
+    match event {
+        EventKind::PreToolUse => parse_pre_tool_use(h, &mut p)?,
+        EventKind::PermissionRequest => parse_permission_request(h, &mut p)?,
+        EventKind::PostToolUse => {
+            if let Some(v) = h
+                .get("updatedToolOutput")
+                .or_else(|| h.get("updatedMCPToolOutput"))
+            {
+                p.updated_output = Some(v.clone());
+            }
+        }
+        EventKind::Stop | EventKind::SubagentStop => {
+            // Stop's additionalContext is feedback that also keeps the agent going.
+            if let (Some(text), CcDecision::None) = (context, p.decision) {
+                p.decision = CcDecision::Block;
+                p.reason = Some(text.to_owned());
+            }
+        }
+        EventKind::SessionStart
+        | EventKind::UserPromptSubmit
+        | EventKind::PostToolUseFailure
+        | EventKind::SubagentStart
+        | EventKind::Notification
+        | EventKind::PermissionDenied => {}
+        other => return Err(format!("`{other}` has no `hookSpecificOutput`")),
+    }
+    if let Some(text) = context {
+        p.context.push(cap(text));
+    }
+    Ok(p)
+}
+
+/// Reads the fields every event shares: `continue`, `stopReason`, `suppressOutput`,
+/// `systemMessage` and the top-level `decision` and `reason`.
+fn parse_common(event: EventKind, o: &Map<String, Value>) -> Result<Parsed, String> {
     let mut p = Parsed::default();
     let cont = opt_bool(o, "continue")?;
     let stop_reason = opt_str(o, "stopReason")?;
@@ -212,105 +252,87 @@ fn parse_output(event: EventKind, o: &Map<String, Value>) -> Result<Parsed, Stri
             p.reason = top_reason.map(str::to_owned);
         }
     }
+    Ok(p)
+}
+
+/// The `hookSpecificOutput` object, when present and not null, checked to name `event`.
+fn specific_output(
+    event: EventKind,
+    o: &Map<String, Value>,
+) -> Result<Option<&Map<String, Value>>, String> {
     let Some(specific) = o.get("hookSpecificOutput") else {
-        return Ok(p);
+        return Ok(None);
     };
     if specific.is_null() {
-        return Ok(p);
+        return Ok(None);
     }
     let Some(h) = specific.as_object() else {
         return Err("`hookSpecificOutput` must be an object".into());
     };
     match opt_str(h, "hookEventName")? {
-        Some(name) if name == event.as_str() => {}
-        Some(name) => {
+        Some(name) if name == event.as_str() => Ok(Some(h)),
+        Some(name) => Err(format!(
+            "`hookSpecificOutput.hookEventName` is `{name}` but the running event is `{event}`"
+        )),
+        None => Err("`hookSpecificOutput` needs `hookEventName`".into()),
+    }
+}
+
+/// Reads PreToolUse's `permissionDecision`, its reason and `updatedInput`.
+fn parse_pre_tool_use(h: &Map<String, Value>, p: &mut Parsed) -> Result<(), String> {
+    match opt_str(h, "permissionDecision")? {
+        None => {}
+        Some("allow") => p.decision = CcDecision::Allow,
+        Some("deny") => p.decision = CcDecision::Deny,
+        Some("ask") => p.decision = CcDecision::Ask,
+        Some("defer") => p.decision = CcDecision::Defer,
+        Some(other) => {
             return Err(format!(
-                "`hookSpecificOutput.hookEventName` is `{name}` but the running event is `{event}`"
+                "`permissionDecision` must be allow, deny, ask or defer, not `{other}`"
             ))
         }
-        None => return Err("`hookSpecificOutput` needs `hookEventName`".into()),
     }
-    let context = opt_str(h, "additionalContext")?;
-    match event {
-        EventKind::PreToolUse => {
-            match opt_str(h, "permissionDecision")? {
-                None => {}
-                Some("allow") => p.decision = CcDecision::Allow,
-                Some("deny") => p.decision = CcDecision::Deny,
-                Some("ask") => p.decision = CcDecision::Ask,
-                Some("defer") => p.decision = CcDecision::Defer,
-                Some(other) => {
-                    return Err(format!(
-                        "`permissionDecision` must be allow, deny, ask or defer, not `{other}`"
-                    ))
-                }
-            }
-            if let Some(r) = opt_str(h, "permissionDecisionReason")? {
-                p.reason = Some(r.to_owned());
-            }
-            match h.get("updatedInput") {
-                None | Some(Value::Null) => {}
-                Some(v @ Value::Object(_)) => p.updated_input = Some(v.clone()),
-                Some(_) => return Err("`updatedInput` must be an object".into()),
-            }
-        }
-        EventKind::PermissionRequest => {
-            if let Some(d) = h.get("decision") {
-                let Some(d) = d.as_object() else {
-                    return Err("`decision` must be an object".into());
-                };
-                match opt_str(d, "behavior")? {
-                    Some("allow") => p.decision = CcDecision::Allow,
-                    Some("deny") => p.decision = CcDecision::Deny,
-                    Some(other) => {
-                        return Err(format!(
-                            "`decision.behavior` must be allow or deny, not `{other}`"
-                        ))
-                    }
-                    None => return Err("`decision` needs `behavior`".into()),
-                }
-                p.reason = opt_str(d, "message")?.map(str::to_owned);
-                match d.get("updatedInput") {
-                    None | Some(Value::Null) => {}
-                    Some(v @ Value::Object(_)) if p.decision == CcDecision::Allow => {
-                        p.updated_input = Some(v.clone())
-                    }
-                    Some(Value::Object(_)) => {
-                        return Err(
-                            "`decision.updatedInput` applies only with behavior allow".into()
-                        )
-                    }
-                    Some(_) => return Err("`decision.updatedInput` must be an object".into()),
-                }
-            }
-        }
-        EventKind::PostToolUse => {
-            if let Some(v) = h
-                .get("updatedToolOutput")
-                .or_else(|| h.get("updatedMCPToolOutput"))
-            {
-                p.updated_output = Some(v.clone());
-            }
-        }
-        EventKind::Stop | EventKind::SubagentStop => {
-            // Stop's additionalContext is feedback that also keeps the agent going.
-            if let (Some(text), CcDecision::None) = (context, p.decision) {
-                p.decision = CcDecision::Block;
-                p.reason = Some(text.to_owned());
-            }
-        }
-        EventKind::SessionStart
-        | EventKind::UserPromptSubmit
-        | EventKind::PostToolUseFailure
-        | EventKind::SubagentStart
-        | EventKind::Notification
-        | EventKind::PermissionDenied => {}
-        other => return Err(format!("`{other}` has no `hookSpecificOutput`")),
+    if let Some(r) = opt_str(h, "permissionDecisionReason")? {
+        p.reason = Some(r.to_owned());
     }
-    if let Some(text) = context {
-        p.context.push(cap(text));
+    match h.get("updatedInput") {
+        None | Some(Value::Null) => {}
+        Some(v @ Value::Object(_)) => p.updated_input = Some(v.clone()),
+        Some(_) => return Err("`updatedInput` must be an object".into()),
     }
-    Ok(p)
+    Ok(())
+}
+
+/// Reads PermissionRequest's `decision` object: its behavior, message and `updatedInput`.
+fn parse_permission_request(h: &Map<String, Value>, p: &mut Parsed) -> Result<(), String> {
+    let Some(d) = h.get("decision") else {
+        return Ok(());
+    };
+    let Some(d) = d.as_object() else {
+        return Err("`decision` must be an object".into());
+    };
+    match opt_str(d, "behavior")? {
+        Some("allow") => p.decision = CcDecision::Allow,
+        Some("deny") => p.decision = CcDecision::Deny,
+        Some(other) => {
+            return Err(format!(
+                "`decision.behavior` must be allow or deny, not `{other}`"
+            ))
+        }
+        None => return Err("`decision` needs `behavior`".into()),
+    }
+    p.reason = opt_str(d, "message")?.map(str::to_owned);
+    match d.get("updatedInput") {
+        None | Some(Value::Null) => {}
+        Some(v @ Value::Object(_)) if p.decision == CcDecision::Allow => {
+            p.updated_input = Some(v.clone())
+        }
+        Some(Value::Object(_)) => {
+            return Err("`decision.updatedInput` applies only with behavior allow".into())
+        }
+        Some(_) => return Err("`decision.updatedInput` must be an object".into()),
+    }
+    Ok(())
 }
 
 /// Reads one run of a handler on `event` (the procedure of Claude Code's docs, section 3.1).
@@ -320,75 +342,52 @@ pub(crate) fn interpret(
     on_failure_block: bool,
     json_over_exit_2: bool,
 ) -> HandlerReport {
-    let (code, stdout, stderr) = match raw {
+    match raw {
         Raw::Exited {
             code,
             stdout,
             stderr,
-        } => (code, stdout.text(), stderr.text()),
-        Raw::Timeout => {
-            return failure(
-                event,
-                HandlerOutcome::Timeout,
-                None,
-                on_failure_block,
-                "the hook timed out".into(),
-            )
-        }
-        Raw::Cancelled => return HandlerReport::new(HandlerOutcome::Cancelled, None),
-        Raw::SpawnError(e) => {
-            return failure(event, HandlerOutcome::SpawnError, None, on_failure_block, e)
-        }
-        Raw::HttpError(e) => {
-            return failure(
-                event,
-                HandlerOutcome::NonBlockingError,
-                None,
-                on_failure_block,
-                e,
-            )
-        }
-    };
-    let trimmed = stdout.trim_start();
-    let json: Option<Map<String, Value>> = trimmed
-        .starts_with('{')
-        .then(|| serde_json::from_str::<Value>(trimmed).ok())
-        .flatten()
-        .and_then(|v| match v {
-            Value::Object(o) => Some(o),
-            _ => None,
-        });
+        } => exited(
+            event,
+            code,
+            &stdout.text(),
+            &stderr.text(),
+            on_failure_block,
+            json_over_exit_2,
+        ),
+        Raw::Timeout => failure(
+            event,
+            HandlerOutcome::Timeout,
+            None,
+            on_failure_block,
+            "the hook timed out".into(),
+        ),
+        Raw::Cancelled => HandlerReport::new(HandlerOutcome::Cancelled, None),
+        Raw::SpawnError(e) => failure(event, HandlerOutcome::SpawnError, None, on_failure_block, e),
+        Raw::HttpError(e) => failure(
+            event,
+            HandlerOutcome::NonBlockingError,
+            None,
+            on_failure_block,
+            e,
+        ),
+    }
+}
+
+/// Reads a run that exited: its exit code, its stdout as JSON or text, and its stderr.
+fn exited(
+    event: EventKind,
+    code: Option<i32>,
+    stdout: &str,
+    stderr: &str,
+    on_failure_block: bool,
+    json_over_exit_2: bool,
+) -> HandlerReport {
+    let json = json_object(stdout);
     let parsed = json.as_ref().map(|o| parse_output(event, o));
-    let stderr_reason = || {
-        let s = stderr.trim();
-        (!s.is_empty()).then(|| s.to_owned())
-    };
     let mut report = match (code, parsed) {
-        (Some(2), parsed) => {
-            let mut r = HandlerReport::new(HandlerOutcome::BlockingError, Some(2));
-            match parsed {
-                Some(Ok(p)) if json_over_exit_2 => apply(&mut r, p),
-                Some(Ok(p)) => {
-                    let json_reason = p.reason.clone();
-                    apply(&mut r, p);
-                    block_on_exit2(event, &mut r, json_reason.or_else(stderr_reason));
-                }
-                _ => {
-                    block_on_exit2(event, &mut r, stderr_reason());
-                }
-            }
-            r
-        }
-        (Some(0), None) => {
-            let mut r = HandlerReport::new(HandlerOutcome::Success, Some(0));
-            let text = stdout.trim();
-            if !text.is_empty()
-                && matches!(event, EventKind::SessionStart | EventKind::UserPromptSubmit)
-            {
-                r.additional_context.push(cap(text));
-            }
-            r
-        }
+        (Some(2), parsed) => exit2_report(event, parsed, json_over_exit_2, stderr),
+        (Some(0), None) => plain_stdout_report(event, stdout),
         (code, Some(Ok(p))) => {
             let mut r = HandlerReport::new(HandlerOutcome::Success, code);
             apply(&mut r, p);
@@ -419,6 +418,58 @@ pub(crate) fn interpret(
     };
     report.json = json.map(Value::Object);
     report
+}
+
+/// Stdout parsed as a JSON object, when it is one.
+fn json_object(stdout: &str) -> Option<Map<String, Value>> {
+    let trimmed = stdout.trim_start();
+    trimmed
+        .starts_with('{')
+        .then(|| serde_json::from_str::<Value>(trimmed).ok())
+        .flatten()
+        .and_then(|v| match v {
+            Value::Object(o) => Some(o),
+            _ => None,
+        })
+}
+
+/// Stderr, trimmed, as a reason when it is not empty.
+fn stderr_reason(stderr: &str) -> Option<String> {
+    let s = stderr.trim();
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+/// The report of exit 2: a block with the JSON reason or stderr, or with `json_over_exit_2`
+/// what valid JSON output says.
+fn exit2_report(
+    event: EventKind,
+    parsed: Option<Result<Parsed, String>>,
+    json_over_exit_2: bool,
+    stderr: &str,
+) -> HandlerReport {
+    let mut r = HandlerReport::new(HandlerOutcome::BlockingError, Some(2));
+    match parsed {
+        Some(Ok(p)) if json_over_exit_2 => apply(&mut r, p),
+        Some(Ok(p)) => {
+            let json_reason = p.reason.clone();
+            apply(&mut r, p);
+            block_on_exit2(event, &mut r, json_reason.or_else(|| stderr_reason(stderr)));
+        }
+        _ => {
+            block_on_exit2(event, &mut r, stderr_reason(stderr));
+        }
+    }
+    r
+}
+
+/// The report of exit 0 with non-JSON stdout: context on SessionStart and UserPromptSubmit.
+fn plain_stdout_report(event: EventKind, stdout: &str) -> HandlerReport {
+    let mut r = HandlerReport::new(HandlerOutcome::Success, Some(0));
+    let text = stdout.trim();
+    if !text.is_empty() && matches!(event, EventKind::SessionStart | EventKind::UserPromptSubmit) {
+        r.additional_context.push(cap(text));
+    }
+    r
 }
 
 fn with_json(mut r: HandlerReport, json: Option<Map<String, Value>>) -> HandlerReport {

@@ -21,7 +21,7 @@ use crate::model::error::Error;
 use crate::model::event::*;
 use crate::model::outcome::{Decision, Outcome};
 use crate::runtime::bus::Bus;
-use crate::runtime::session::BusSessionConfig;
+use crate::runtime::session::{BusSession, BusSessionConfig};
 
 /// One tool call of a transcript.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,121 +143,140 @@ impl Parser {
 
     /// Takes line `n`.
     fn line(&mut self, n: usize, line: &str, origin: &str) -> Result<(), Error> {
-        let Self { t, by_message_id } = self;
-        {
-            if line.trim().is_empty() {
-                return Ok(());
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        let bad = |message: String| Error::InvalidTranscript {
+            path: origin.to_owned(),
+            line: n,
+            message,
+        };
+        let value: Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let Some(obj) = value.as_object() else {
+            return Err(bad("a transcript line must be a JSON object".into()));
+        };
+        if self.t.session_id.is_none() {
+            self.t.session_id = obj
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        let message = obj.get("message").and_then(Value::as_object);
+        let content = message.and_then(|m| m.get("content"));
+        match obj.get("type").and_then(Value::as_str) {
+            Some("assistant") => {
+                let (text, calls) = assistant_content(content).map_err(bad)?;
+                let id = message.and_then(|m| m.get("id")).and_then(Value::as_str);
+                self.push_assistant(id, text, calls);
             }
-            let bad = |message: String| Error::InvalidTranscript {
-                path: origin.to_owned(),
-                line: n,
-                message,
-            };
-            let value: Value =
-                serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
-            let Some(obj) = value.as_object() else {
-                return Err(bad("a transcript line must be a JSON object".into()));
-            };
-            if t.session_id.is_none() {
-                t.session_id = obj
-                    .get("sessionId")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-            }
-            let message = obj.get("message").and_then(Value::as_object);
-            let content = message.and_then(|m| m.get("content"));
-            match obj.get("type").and_then(Value::as_str) {
-                Some("assistant") => {
-                    let mut text = String::new();
-                    let mut calls = Vec::new();
-                    for block in content.and_then(Value::as_array).into_iter().flatten() {
-                        match block.get("type").and_then(Value::as_str) {
-                            Some("text") => {
-                                if let Some(s) = block.get("text").and_then(Value::as_str) {
-                                    if !text.is_empty() {
-                                        text.push('\n');
-                                    }
-                                    text.push_str(s);
-                                }
-                            }
-                            Some("tool_use") => {
-                                let id =
-                                    block.get("id").and_then(Value::as_str).ok_or_else(|| {
-                                        bad("a tool_use block without an `id`".into())
-                                    })?;
-                                let name = block
-                                    .get("name")
-                                    .and_then(Value::as_str)
-                                    .ok_or_else(|| bad(format!("tool_use `{id}` has no `name`")))?;
-                                calls.push(ToolUse {
-                                    id: id.to_owned(),
-                                    name: name.to_owned(),
-                                    input: block
-                                        .get("input")
-                                        .cloned()
-                                        .unwrap_or(Value::Object(Default::default())),
-                                });
-                            }
-                            _ => {}
-                        }
-                    }
-                    let id = message.and_then(|m| m.get("id")).and_then(Value::as_str);
-                    match id.and_then(|id| by_message_id.get(id).copied()) {
-                        Some(at) => {
-                            if let Item::Assistant {
-                                text: t0,
-                                calls: c0,
-                            } = &mut t.items[at]
-                            {
-                                if !text.is_empty() {
-                                    if !t0.is_empty() {
-                                        t0.push('\n');
-                                    }
-                                    t0.push_str(&text);
-                                }
-                                c0.extend(calls);
-                            }
-                        }
-                        None => {
-                            if let Some(id) = id {
-                                by_message_id.insert(id.to_owned(), t.items.len());
-                            }
-                            t.items.push(Item::Assistant { text, calls });
-                        }
-                    }
-                }
-                Some("user") => match content {
-                    Some(Value::String(prompt)) => t.items.push(Item::Prompt(prompt.clone())),
-                    Some(Value::Array(blocks)) => {
-                        for block in blocks {
-                            if block.get("type").and_then(Value::as_str) != Some("tool_result") {
-                                continue;
-                            }
-                            let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
-                                return Err(bad(
-                                    "a tool_result block without a `tool_use_id`".into()
-                                ));
-                            };
-                            t.results.insert(
-                                id.to_owned(),
-                                ToolResult {
-                                    content: block.get("content").cloned().unwrap_or(Value::Null),
-                                    is_error: block
-                                        .get("is_error")
-                                        .and_then(Value::as_bool)
-                                        .unwrap_or(false),
-                                    tool_use_result: obj.get("toolUseResult").cloned(),
-                                },
-                            );
-                        }
-                    }
-                    _ => {}
-                },
+            Some("user") => match content {
+                Some(Value::String(prompt)) => self.t.items.push(Item::Prompt(prompt.clone())),
+                Some(Value::Array(blocks)) => self
+                    .record_results(blocks, obj.get("toolUseResult"))
+                    .map_err(bad)?,
                 _ => {}
-            }
+            },
+            _ => {}
         }
         Ok(())
     }
+
+    /// Adds an assistant message, or merges it into the earlier one with the same message `id`.
+    fn push_assistant(&mut self, id: Option<&str>, text: String, calls: Vec<ToolUse>) {
+        match id.and_then(|id| self.by_message_id.get(id).copied()) {
+            Some(at) => {
+                if let Item::Assistant {
+                    text: t0,
+                    calls: c0,
+                } = &mut self.t.items[at]
+                {
+                    if !text.is_empty() {
+                        if !t0.is_empty() {
+                            t0.push('\n');
+                        }
+                        t0.push_str(&text);
+                    }
+                    c0.extend(calls);
+                }
+            }
+            None => {
+                if let Some(id) = id {
+                    self.by_message_id.insert(id.to_owned(), self.t.items.len());
+                }
+                self.t.items.push(Item::Assistant { text, calls });
+            }
+        }
+    }
+
+    /// Records the `tool_result` blocks of a user line; `tool_use_result` is the line's
+    /// `toolUseResult`.
+    fn record_results(
+        &mut self,
+        blocks: &[Value],
+        tool_use_result: Option<&Value>,
+    ) -> Result<(), String> {
+        for block in blocks {
+            if block.get("type").and_then(Value::as_str) != Some("tool_result") {
+                continue;
+            }
+            let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
+                return Err("a tool_result block without a `tool_use_id`".into());
+            };
+            self.t.results.insert(
+                id.to_owned(),
+                ToolResult {
+                    content: block.get("content").cloned().unwrap_or(Value::Null),
+                    is_error: block
+                        .get("is_error")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    tool_use_result: tool_use_result.cloned(),
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The text blocks (joined by newlines) and tool calls of an assistant message's content.
+fn assistant_content(content: Option<&Value>) -> Result<(String, Vec<ToolUse>), String> {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for block in content.and_then(Value::as_array).into_iter().flatten() {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(s) = block.get("text").and_then(Value::as_str) {
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(s);
+                }
+            }
+            Some("tool_use") => calls.push(tool_use(block)?),
+            _ => {}
+        }
+    }
+    Ok((text, calls))
+}
+
+/// A `tool_use` block as a [`ToolUse`]; its input defaults to `{}`.
+fn tool_use(block: &Value) -> Result<ToolUse, String> {
+    let id = block
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| String::from("a tool_use block without an `id`"))?;
+    let name = block
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("tool_use `{id}` has no `name`"))?;
+    Ok(ToolUse {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        input: block
+            .get("input")
+            .cloned()
+            .unwrap_or(Value::Object(Default::default())),
+    })
 }
 
 /// What to replay, and how.
@@ -450,34 +469,16 @@ impl Replay {
     }
 
     /// Runs the replay, handing each event's line to `emit` as soon as it is folded.
-    pub async fn run(self, mut emit: impl FnMut(&ReplayLine)) -> Result<(), Error> {
+    pub async fn run(self, emit: impl FnMut(&ReplayLine)) -> Result<(), Error> {
         let bus = Bus::new();
         self.settings.register(&bus).await?;
-        let session_id = self
-            .transcript
-            .session_id
-            .clone()
-            .unwrap_or_else(|| "replay".into());
-        let session = bus
-            .open_session(BusSessionConfig {
-                id: Some(session_id),
-                fields: SessionFields {
-                    transcript_path: self.transcript_path.display().to_string(),
-                    cwd: self.cwd.display().to_string(),
-                    permission_mode: Some("default".into()),
-                    ..SessionFields::default()
-                },
-                ..BusSessionConfig::default()
-            })
-            .await?;
-        let legacy_continue = self.settings.options.continue_false_runs_tool;
-        let mut fire = async |event: Event| -> Result<Outcome, Error> {
-            let outcome = session.dispatch(event.clone()).await?;
-            emit(&line_of(&event, &outcome));
-            Ok(outcome)
+        let session = self.open_session(&bus).await?;
+        let mut out = Emitter {
+            session: &session,
+            emit,
         };
         if self.all_events {
-            fire(Event::SessionStart(SessionStart {
+            out.fire(Event::SessionStart(SessionStart {
                 source: SessionSource::Startup,
                 model: None,
             }))
@@ -487,90 +488,153 @@ impl Replay {
             match item {
                 Item::Prompt(prompt) => {
                     if self.all_events {
-                        fire(Event::UserPromptSubmit(UserPromptSubmit {
+                        out.fire(Event::UserPromptSubmit(UserPromptSubmit {
                             prompt: prompt.clone(),
                         }))
                         .await?;
                     }
                 }
                 Item::Assistant { text, calls } => {
-                    let mut runs = Vec::with_capacity(calls.len());
-                    for call in calls {
-                        let outcome = fire(Event::PreToolUse(PreToolUse {
-                            tool_name: call.name.clone(),
-                            tool_input: call.input.clone(),
-                            tool_use_id: call.id.clone(),
-                        }))
-                        .await?;
-                        let stopped = outcome.stop.is_some() && !legacy_continue;
-                        let ran = !matches!(
-                            outcome.decision,
-                            Decision::Block | Decision::Deny | Decision::Defer
-                        ) && !stopped;
-                        let input = outcome
-                            .updated_input
-                            .clone()
-                            .unwrap_or_else(|| call.input.clone());
-                        runs.push((call, ran, input));
-                    }
-                    for (call, ran, input) in runs {
-                        let Some(result) = self.transcript.results.get(&call.id).filter(|_| ran)
-                        else {
-                            continue;
-                        };
-                        let original_input = (input != call.input).then(|| call.input.clone());
-                        let event = if result.is_error {
-                            Event::PostToolUseFailure(PostToolUseFailure {
-                                tool_name: call.name.clone(),
-                                tool_input: input,
-                                original_input,
-                                tool_use_id: call.id.clone(),
-                                error: content_text(&result.content),
-                                is_error: true,
-                                is_interrupt: false,
-                                kind: FailureKind::Error,
-                                duration_ms: 0,
-                            })
-                        } else {
-                            Event::PostToolUse(PostToolUse {
-                                tool_name: call.name.clone(),
-                                tool_input: input,
-                                original_input,
-                                tool_response: result
-                                    .tool_use_result
-                                    .clone()
-                                    .unwrap_or_else(|| result.content.clone()),
-                                original_response: None,
-                                tool_use_id: call.id.clone(),
-                                is_error: false,
-                                duration_ms: 0,
-                            })
-                        };
-                        fire(event).await?;
-                    }
-                    if self.all_events && calls.is_empty() && !text.is_empty() {
-                        fire(Event::Stop(Stop {
-                            stop_hook_active: false,
-                            last_assistant_message: Some(text.clone()),
-                        }))
-                        .await?;
-                    }
+                    self.assistant_message(&mut out, text, calls).await?
                 }
             }
         }
-        if self.all_events {
-            let outcome = session.close("other").await?;
-            emit(&line_of(
+        out.close(self.all_events).await?;
+        bus.shutdown(Duration::from_secs(5)).await;
+        Ok(())
+    }
+
+    /// Opens the replay's session: the transcript's session id (or `replay`), its path and the cwd.
+    async fn open_session(&self, bus: &Bus) -> Result<BusSession, Error> {
+        let session_id = self
+            .transcript
+            .session_id
+            .clone()
+            .unwrap_or_else(|| "replay".into());
+        bus.open_session(BusSessionConfig {
+            id: Some(session_id),
+            fields: SessionFields {
+                transcript_path: self.transcript_path.display().to_string(),
+                cwd: self.cwd.display().to_string(),
+                permission_mode: Some("default".into()),
+                ..SessionFields::default()
+            },
+            ..BusSessionConfig::default()
+        })
+        .await
+    }
+
+    /// Replays one assistant message: PreToolUse for each call, then the Post event of each call
+    /// that ran, then (all events) Stop for a message with text and no calls.
+    async fn assistant_message<E: FnMut(&ReplayLine)>(
+        &self,
+        out: &mut Emitter<'_, E>,
+        text: &str,
+        calls: &[ToolUse],
+    ) -> Result<(), Error> {
+        let mut runs = Vec::with_capacity(calls.len());
+        for call in calls {
+            let (ran, input) = self.pre_tool_use(out, call).await?;
+            runs.push((call, ran, input));
+        }
+        for (call, ran, input) in runs {
+            let Some(result) = self.transcript.results.get(&call.id).filter(|_| ran) else {
+                continue;
+            };
+            out.fire(post_tool_event(call, result, input)).await?;
+        }
+        if self.all_events && calls.is_empty() && !text.is_empty() {
+            out.fire(Event::Stop(Stop {
+                stop_hook_active: false,
+                last_assistant_message: Some(text.to_owned()),
+            }))
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Fires PreToolUse for `call`: whether the call would run, and the input it would run with.
+    async fn pre_tool_use<E: FnMut(&ReplayLine)>(
+        &self,
+        out: &mut Emitter<'_, E>,
+        call: &ToolUse,
+    ) -> Result<(bool, Value), Error> {
+        let outcome = out
+            .fire(Event::PreToolUse(PreToolUse {
+                tool_name: call.name.clone(),
+                tool_input: call.input.clone(),
+                tool_use_id: call.id.clone(),
+            }))
+            .await?;
+        let legacy_continue = self.settings.options.continue_false_runs_tool;
+        let stopped = outcome.stop.is_some() && !legacy_continue;
+        let ran = !matches!(
+            outcome.decision,
+            Decision::Block | Decision::Deny | Decision::Defer
+        ) && !stopped;
+        let input = outcome.updated_input.unwrap_or_else(|| call.input.clone());
+        Ok((ran, input))
+    }
+}
+
+/// The session a replay dispatches to, and where each event's line goes.
+struct Emitter<'s, E> {
+    session: &'s BusSession,
+    emit: E,
+}
+
+impl<E: FnMut(&ReplayLine)> Emitter<'_, E> {
+    /// Dispatches `event` and emits its line.
+    async fn fire(&mut self, event: Event) -> Result<Outcome, Error> {
+        let outcome = self.session.dispatch(event.clone()).await?;
+        (self.emit)(&line_of(&event, &outcome));
+        Ok(outcome)
+    }
+
+    /// Closes the session; with `all_events`, emits the SessionEnd line.
+    async fn close(mut self, all_events: bool) -> Result<(), Error> {
+        let outcome = self.session.close("other").await?;
+        if all_events {
+            (self.emit)(&line_of(
                 &Event::SessionEnd(SessionEnd {
                     reason: "other".into(),
                 }),
                 &outcome,
             ));
-        } else {
-            session.close("other").await?;
         }
-        bus.shutdown(Duration::from_secs(5)).await;
         Ok(())
+    }
+}
+
+/// The event of a call that ran: PostToolUse, or PostToolUseFailure for an error result.
+fn post_tool_event(call: &ToolUse, result: &ToolResult, input: Value) -> Event {
+    let original_input = (input != call.input).then(|| call.input.clone());
+    if result.is_error {
+        Event::PostToolUseFailure(PostToolUseFailure {
+            tool_name: call.name.clone(),
+            tool_input: input,
+            original_input,
+            tool_use_id: call.id.clone(),
+            error: content_text(&result.content),
+            is_error: true,
+            is_interrupt: false,
+            kind: FailureKind::Error,
+            duration_ms: 0,
+        })
+    } else {
+        Event::PostToolUse(PostToolUse {
+            tool_name: call.name.clone(),
+            tool_input: input,
+            original_input,
+            tool_response: result
+                .tool_use_result
+                .clone()
+                .unwrap_or_else(|| result.content.clone()),
+            original_response: None,
+            tool_use_id: call.id.clone(),
+            is_error: false,
+            duration_ms: 0,
+        })
     }
 }
 

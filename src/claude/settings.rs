@@ -359,6 +359,7 @@ impl Loader<'_> {
         }
     }
 
+    /// Loads the handler at `path`: its index in `out`, or `None` (warned) when it is ignored.
     #[allow(clippy::too_many_arguments)]
     fn handler(
         &mut self,
@@ -366,7 +367,7 @@ impl Loader<'_> {
         path: &str,
         event: EventKind,
         handler: &Value,
-        mut occurrence: Occurrence,
+        occurrence: Occurrence,
         after: Option<usize>,
         sequential: bool,
     ) -> Option<usize> {
@@ -374,80 +375,47 @@ impl Loader<'_> {
             self.warn(file, path, "a handler must be an object; ignored");
             return None;
         };
-        let kind = match h.get("type").and_then(Value::as_str) {
-            Some("command") => {
-                let Some(command) = h.get("command").and_then(Value::as_str) else {
-                    self.warn(
-                        file,
-                        &format!("{path}.command"),
-                        "a command handler needs a `command` string; ignored",
-                    );
-                    return None;
-                };
-                let args = match h.get("args") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::Array(items)) if items.iter().all(Value::is_string) => Some(
-                        items
-                            .iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect(),
-                    ),
-                    Some(_) => {
-                        self.warn(
-                            file,
-                            &format!("{path}.args"),
-                            "must be a list of strings; handler ignored",
-                        );
-                        return None;
-                    }
-                };
-                HandlerKind::Command {
-                    command: command.to_owned(),
-                    args,
-                }
-            }
-            Some("http") => {
-                let Some(url) = h.get("url").and_then(Value::as_str) else {
-                    self.warn(
-                        file,
-                        &format!("{path}.url"),
-                        "an http handler needs a `url` string; ignored",
-                    );
-                    return None;
-                };
-                let headers = h
-                    .get("headers")
-                    .and_then(Value::as_object)
-                    .map(|m| {
-                        m.iter()
-                            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let allowed_env_vars = h
-                    .get("allowedEnvVars")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                HandlerKind::Http {
-                    url: url.to_owned(),
-                    headers,
-                    allowed_env_vars,
-                }
-            }
+        let kind = self.handler_kind(file, path, h)?;
+        let occurrence = self.with_if(file, path, event, h, occurrence)?;
+        let timeout = self.timeout(file, path, event, h);
+        let on_failure_block = self.on_failure_block(file, path, h);
+        if h.get("async").and_then(Value::as_bool) == Some(true) {
+            self.warn(
+                file,
+                &format!("{path}.async"),
+                "async handlers are not supported; it runs synchronously",
+            );
+        }
+        let handler = Handler {
+            source: file.to_owned(),
+            path: path.to_owned(),
+            event,
+            kind,
+            timeout,
+            on_failure_block,
+            occurrences: vec![occurrence],
+            after,
+        };
+        Some(self.add(handler, sequential))
+    }
+
+    /// What a handler runs, by its `type`; `None` (warned) when the type is missing or unsupported.
+    fn handler_kind(
+        &mut self,
+        file: &str,
+        path: &str,
+        h: &Map<String, Value>,
+    ) -> Option<HandlerKind> {
+        match h.get("type").and_then(Value::as_str) {
+            Some("command") => self.command_kind(file, path, h),
+            Some("http") => self.http_kind(file, path, h),
             Some(t @ ("prompt" | "agent" | "mcp_tool")) => {
                 self.warn(
                     file,
                     &format!("{path}.type"),
                     format!("handler type `{t}` is not supported by hookbus; ignored"),
                 );
-                return None;
+                None
             }
             Some(t) => {
                 self.warn(
@@ -455,7 +423,7 @@ impl Loader<'_> {
                     &format!("{path}.type"),
                     format!("unknown handler type `{t}`; ignored"),
                 );
-                return None;
+                None
             }
             None => {
                 self.warn(
@@ -463,36 +431,138 @@ impl Loader<'_> {
                     &format!("{path}.type"),
                     "a handler needs a `type`; ignored",
                 );
+                None
+            }
+        }
+    }
+
+    /// A command handler's `command` and exec-form `args`.
+    fn command_kind(
+        &mut self,
+        file: &str,
+        path: &str,
+        h: &Map<String, Value>,
+    ) -> Option<HandlerKind> {
+        let Some(command) = h.get("command").and_then(Value::as_str) else {
+            self.warn(
+                file,
+                &format!("{path}.command"),
+                "a command handler needs a `command` string; ignored",
+            );
+            return None;
+        };
+        let args = match h.get("args") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(items)) if items.iter().all(Value::is_string) => Some(
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            Some(_) => {
+                self.warn(
+                    file,
+                    &format!("{path}.args"),
+                    "must be a list of strings; handler ignored",
+                );
                 return None;
             }
         };
-        if let Some(cond) = h.get("if") {
-            let Some(text) = cond.as_str() else {
-                self.warn(
-                    file,
-                    &format!("{path}.if"),
-                    "must be a permission-rule string; handler ignored",
-                );
-                return None;
-            };
-            if !event.is_tool_event() {
-                self.warn(file, &format!("{path}.if"), format!("`if` applies to tool events only; on {event} the handler would never run, so it is ignored"));
-                return None;
+        Some(HandlerKind::Command {
+            command: command.to_owned(),
+            args,
+        })
+    }
+
+    /// An http handler's `url`, string `headers` and `allowedEnvVars`.
+    fn http_kind(&mut self, file: &str, path: &str, h: &Map<String, Value>) -> Option<HandlerKind> {
+        let Some(url) = h.get("url").and_then(Value::as_str) else {
+            self.warn(
+                file,
+                &format!("{path}.url"),
+                "an http handler needs a `url` string; ignored",
+            );
+            return None;
+        };
+        let headers = h
+            .get("headers")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let allowed_env_vars = h
+            .get("allowedEnvVars")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(HandlerKind::Http {
+            url: url.to_owned(),
+            headers,
+            allowed_env_vars,
+        })
+    }
+
+    /// The occurrence with the handler's `if` rule, if any; `None` (warned) when the `if` is
+    /// invalid or the event is not a tool event.
+    fn with_if(
+        &mut self,
+        file: &str,
+        path: &str,
+        event: EventKind,
+        h: &Map<String, Value>,
+        mut occurrence: Occurrence,
+    ) -> Option<Occurrence> {
+        let Some(cond) = h.get("if") else {
+            return Some(occurrence);
+        };
+        let Some(text) = cond.as_str() else {
+            self.warn(
+                file,
+                &format!("{path}.if"),
+                "must be a permission-rule string; handler ignored",
+            );
+            return None;
+        };
+        if !event.is_tool_event() {
+            self.warn(file, &format!("{path}.if"), format!("`if` applies to tool events only; on {event} the handler would never run, so it is ignored"));
+            return None;
+        }
+        match Rule::parse(text) {
+            Ok(rule) => {
+                occurrence.if_rule = Some(rule);
+                Some(occurrence)
             }
-            match Rule::parse(text) {
-                Ok(rule) => occurrence.if_rule = Some(rule),
-                Err(e) => {
-                    self.warn(file, &format!("{path}.if"), format!("{e}; handler ignored"));
-                    return None;
-                }
+            Err(e) => {
+                self.warn(file, &format!("{path}.if"), format!("{e}; handler ignored"));
+                None
             }
         }
+    }
+
+    /// The handler's `timeout`, or the event's default; an out-of-range one is clamped or
+    /// replaced by the default, with a warning.
+    fn timeout(
+        &mut self,
+        file: &str,
+        path: &str,
+        event: EventKind,
+        h: &Map<String, Value>,
+    ) -> Duration {
         let default_timeout = clamp_timeout(if event == EventKind::UserPromptSubmit {
             self.options.prompt_timeout
         } else {
             self.options.default_timeout
         });
-        let timeout = match h.get("timeout") {
+        match h.get("timeout") {
             None | Some(Value::Null) => default_timeout,
             Some(Value::Number(n)) => match n.as_f64().map(timeout_from_secs) {
                 Some(Ok(timeout)) => timeout,
@@ -513,8 +583,12 @@ impl Loader<'_> {
                 self.warn(file, &format!("{path}.timeout"), format!("must be a positive number of seconds, not {other}; the default {} s applies", default_timeout.as_secs()));
                 default_timeout
             }
-        };
-        let on_failure_block = match h.get("onFailure").and_then(Value::as_str) {
+        }
+    }
+
+    /// Whether `onFailure` is `block`; anything but `continue` or `block` warns.
+    fn on_failure_block(&mut self, file: &str, path: &str, h: &Map<String, Value>) -> bool {
+        match h.get("onFailure").and_then(Value::as_str) {
             None | Some("continue") => false,
             Some("block") => true,
             Some(other) => {
@@ -525,37 +599,26 @@ impl Loader<'_> {
                 );
                 false
             }
-        };
-        if h.get("async").and_then(Value::as_bool) == Some(true) {
-            self.warn(
-                file,
-                &format!("{path}.async"),
-                "async handlers are not supported; it runs synchronously",
-            );
         }
-        // Identical handlers run once per event; a sequential chain keeps its own members.
-        let key = (event, self.dedup_key(&kind));
+    }
+
+    /// Adds `handler` and gives its index; identical handlers run once per event, so outside a
+    /// sequential chain (which keeps its own members) a duplicate joins the first one's
+    /// occurrences instead.
+    fn add(&mut self, handler: Handler, sequential: bool) -> usize {
+        let key = (handler.event, self.dedup_key(&handler.kind));
         if !sequential {
             if let Some(&index) = self.keys.get(&key) {
-                self.out[index].occurrences.push(occurrence);
-                return Some(index);
+                self.out[index].occurrences.extend(handler.occurrences);
+                return index;
             }
         }
         let index = self.out.len();
-        self.out.push(Handler {
-            source: file.to_owned(),
-            path: path.to_owned(),
-            event,
-            kind,
-            timeout,
-            on_failure_block,
-            occurrences: vec![occurrence],
-            after,
-        });
+        self.out.push(handler);
         if !sequential {
             self.keys.insert(key, index);
         }
-        Some(index)
+        index
     }
 
     /// Handler type + expanded command + args, or the URL.
