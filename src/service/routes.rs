@@ -2,6 +2,7 @@
 //! sees only that identity's sessions and approvals; each request is checked whole before
 //! anything is created, answered or cancelled.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
@@ -14,11 +15,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::config::Identity;
-use super::sessions::{close_slot, create_workspace, remove_workspace, Slot};
+use super::sessions::{close_slot, create_workspace, remove_workspace, Reservation, Slot};
 use super::sse::Feed;
-use super::{Service, ServiceLimits};
+use super::{Service, ServiceConfig, ServiceLimits};
 use crate::agent::scripted::{Script, ScriptedProvider};
-use crate::agent::{SessionOptions, TurnResult};
+use crate::agent::{AgentSession, SessionOptions, TurnResult};
 use crate::permission::approver::Approval;
 use crate::permission::service::PermissionMode;
 
@@ -207,65 +208,12 @@ pub(crate) async fn open_session(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let Json(mut body) = body?;
     let script = script_of(&mut body)?;
-    let asked = match body.permission_mode.as_deref() {
-        None => None,
-        Some(m) => Some(
-            m.parse::<PermissionMode>()
-                .map_err(|e| ApiError::BadRequest(e.to_string()))?,
-        ),
-    };
-    let config = &svc.inner.config;
-    let mode = config.session_mode(asked).ok_or_else(|| {
-        ApiError::Forbidden(format!(
-            "permission mode `{}` is looser than this service allows (at most `{}`)",
-            asked.map_or("", PermissionMode::as_str),
-            config.max_mode
-        ))
-    })?;
-    let id = match body.id {
-        Some(id) if !valid_id(&id) => {
-            return Err(ApiError::BadRequest(
-                "invalid session id: use 1 to 128 letters, digits, `-`, `_`, `.`".into(),
-            ))
-        }
-        Some(id) => id,
-        None => format!("s-{}", super::config::random_suffix()),
-    };
-    let sessions = &svc.inner.sessions;
-    let place = sessions.reserve().ok_or_else(|| {
-        ApiError::TooMany(format!(
-            "the service has {} sessions open, its limit; close one first",
-            config.limits.max_sessions
-        ))
-    })?;
-    if sessions.contains(&id) || svc.inner.agent.session(&id).is_some() {
-        return Err(ApiError::Conflict(format!(
-            "a session `{id}` is already open"
-        )));
-    }
-    let workspace = create_workspace(svc.inner.root.path(), &id).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            ApiError::Conflict(format!(
-                "a workspace `{id}` exists (kept by an earlier session)"
-            ))
-        } else {
-            ApiError::Internal(format!("cannot create the workspace: {e}"))
-        }
-    })?;
+    let mode = session_mode(body.permission_mode.as_deref(), &svc.inner.config)?;
+    let id = session_id(body.id)?;
+    let place = reserve_place(&svc, &id)?;
+    let workspace = new_workspace(svc.inner.root.path(), &id)?;
     // From here on, a failure removes the workspace: a rejected request leaves nothing.
-    let opened = async {
-        script.write_files(&workspace).map_err(|e| match e {
-            crate::Error::OutsideWorkspace { .. } => ApiError::BadRequest(e.to_string()),
-            e => ApiError::Internal(e.to_string()),
-        })?;
-        let mut options = SessionOptions::new(&workspace)
-            .id(&id)
-            .permission_mode(mode);
-        options.provider = Some(Arc::new(ScriptedProvider::from_script(script)));
-        Ok::<_, ApiError>(svc.inner.agent.open_session(options).await?)
-    }
-    .await;
-    let handle = match opened {
+    let handle = match start_session(&svc, script, &workspace, &id, mode).await {
         Ok(handle) => handle,
         Err(e) => {
             remove_workspace(workspace).await;
@@ -281,7 +229,7 @@ pub(crate) async fn open_session(
         workspace,
     );
     let workspace = slot.handle.workspace().display().to_string();
-    sessions.insert(place, id.clone(), Arc::new(slot));
+    svc.inner.sessions.insert(place, id.clone(), Arc::new(slot));
     Ok((
         StatusCode::CREATED,
         Json(json!({
@@ -291,6 +239,82 @@ pub(crate) async fn open_session(
             "detached": body.detached,
         })),
     ))
+}
+
+/// The session's permission mode: the one `asked` (if any), refused above the service's ceiling.
+fn session_mode(asked: Option<&str>, config: &ServiceConfig) -> ApiResult<PermissionMode> {
+    let asked = match asked {
+        None => None,
+        Some(m) => Some(
+            m.parse::<PermissionMode>()
+                .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+        ),
+    };
+    config.session_mode(asked).ok_or_else(|| {
+        ApiError::Forbidden(format!(
+            "permission mode `{}` is looser than this service allows (at most `{}`)",
+            asked.map_or("", PermissionMode::as_str),
+            config.max_mode
+        ))
+    })
+}
+
+/// The session's id: the one `asked` if it is valid, else a fresh one.
+fn session_id(asked: Option<String>) -> ApiResult<String> {
+    match asked {
+        Some(id) if !valid_id(&id) => Err(ApiError::BadRequest(
+            "invalid session id: use 1 to 128 letters, digits, `-`, `_`, `.`".into(),
+        )),
+        Some(id) => Ok(id),
+        None => Ok(format!("s-{}", super::config::random_suffix())),
+    }
+}
+
+/// A place for session `id`, refused at the session limit or when `id` is already open.
+fn reserve_place<'a>(svc: &'a Service, id: &str) -> ApiResult<Reservation<'a>> {
+    let sessions = &svc.inner.sessions;
+    let place = sessions.reserve().ok_or_else(|| {
+        ApiError::TooMany(format!(
+            "the service has {} sessions open, its limit; close one first",
+            svc.inner.config.limits.max_sessions
+        ))
+    })?;
+    if sessions.contains(id) || svc.inner.agent.session(id).is_some() {
+        return Err(ApiError::Conflict(format!(
+            "a session `{id}` is already open"
+        )));
+    }
+    Ok(place)
+}
+
+/// Creates session `id`'s workspace under `root`; one kept by an earlier session is a conflict.
+fn new_workspace(root: &std::path::Path, id: &str) -> ApiResult<PathBuf> {
+    create_workspace(root, id).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            ApiError::Conflict(format!(
+                "a workspace `{id}` exists (kept by an earlier session)"
+            ))
+        } else {
+            ApiError::Internal(format!("cannot create the workspace: {e}"))
+        }
+    })
+}
+
+/// Writes the script's files into `workspace` and opens the session there.
+async fn start_session(
+    svc: &Service,
+    script: Script,
+    workspace: &std::path::Path,
+    id: &str,
+    mode: PermissionMode,
+) -> ApiResult<AgentSession> {
+    script.write_files(workspace).map_err(|e| match e {
+        crate::Error::OutsideWorkspace { .. } => ApiError::BadRequest(e.to_string()),
+        e => ApiError::Internal(e.to_string()),
+    })?;
+    let mut options = SessionOptions::new(workspace).id(id).permission_mode(mode);
+    options.provider = Some(Arc::new(ScriptedProvider::from_script(script)));
+    Ok(svc.inner.agent.open_session(options).await?)
 }
 
 /// `GET /sessions`: the caller's sessions.

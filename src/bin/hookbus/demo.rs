@@ -218,31 +218,73 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         Some(path) => Script::load(path)?,
         None => default_script(),
     };
-    let prompts = if script.prompts.is_empty() {
-        vec!["Go ahead.".to_owned()]
-    } else {
-        script.prompts.clone()
-    };
+    let prompts = prompts_of(&script);
     let workspace = make_workspace(&script)?;
     say!("workspace: {}", workspace.display());
 
-    let fallback = if args.approve == "yes" {
+    let fallback = fallback_approval(&args.approve);
+    let audit = AuditTrail::default();
+    let audit_path = workspace.join("audit.sqlite");
+    let audit_log =
+        hookbus::builtins::AuditLog::open(&audit_path, hookbus::builtins::AuditMode::BestEffort)?;
+    let agent = build_agent(script, args.maintenance, fallback, &audit).await?;
+    audit_log.install(agent.bus()).await?;
+    print_sandbox(&agent, &workspace).await?;
+    let session = agent
+        .open_session(
+            SessionOptions::new(&workspace)
+                .id("demo")
+                .permission_mode(PermissionMode::AcceptEdits),
+        )
+        .await?;
+
+    let (results, code) = run_prompts(&session, prompts).await?;
+    session.close().await?;
+    let report = agent.shutdown(Duration::from_secs(10)).await;
+    let written = audit_log.close().await;
+    print_summary(&workspace, &results, &report, &audit);
+    say!(
+        "audit log: {} ({} records); inspect it with: hookbus audit --db {} calls",
+        audit_path.display(),
+        written.written,
+        audit_path.display()
+    );
+    Ok(code)
+}
+
+/// The script's prompts, or one that tells the model to go ahead.
+fn prompts_of(script: &Script) -> Vec<String> {
+    if script.prompts.is_empty() {
+        vec!["Go ahead.".to_owned()]
+    } else {
+        script.prompts.clone()
+    }
+}
+
+/// The answer to permission prompts when stdin is not a terminal (`--approve`).
+fn fallback_approval(approve: &str) -> Approval {
+    if approve == "yes" {
         Approval::AllowOnce
     } else {
         Approval::Deny {
             reason: Some("the user said no".into()),
         }
-    };
-    let audit = AuditTrail::default();
-    let audit_path = workspace.join("audit.sqlite");
-    let audit_log =
-        hookbus::builtins::AuditLog::open(&audit_path, hookbus::builtins::AuditMode::BestEffort)?;
-    let agent = Agent::builder()
+    }
+}
+
+/// The demo's agent: the narrated script, its hooks and observer, the deny rules and the approver.
+async fn build_agent(
+    script: Script,
+    maintenance: bool,
+    fallback: Approval,
+    audit: &AuditTrail,
+) -> Result<Agent, Error> {
+    Agent::builder()
         .provider(Narrated(ScriptedProvider::from_script(script)))
         .hook(LoggingHook::with_sink(LogSink::Stdout))
         .hook(TimingHook::with_sink(LogSink::Stdout))
         .hook(MaintenanceGate {
-            closed: args.maintenance,
+            closed: maintenance,
         })
         .hook(FlakyLinter)
         .hook(ShowResults)
@@ -257,22 +299,26 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         })
         .approver(TerminalApprover::new(fallback))
         .build()
-        .await?;
-    audit_log.install(agent.bus()).await?;
+        .await
+}
+
+/// Prints the sandbox the workspace's commands would run in.
+async fn print_sandbox(agent: &Agent, workspace: &Path) -> Result<(), Error> {
     let sandbox = hookbus::sandbox::Sandbox {
         policy: SandboxPolicy::default(),
-        deny_read: agent.permissions().read_denies("demo", &workspace).await?,
+        deny_read: agent.permissions().read_denies("demo", workspace).await?,
         kernel: hookbus::sandbox::KernelSupport::Detect,
     };
-    say!("{}", sandbox.describe(&workspace));
-    let session = agent
-        .open_session(
-            SessionOptions::new(&workspace)
-                .id("demo")
-                .permission_mode(PermissionMode::AcceptEdits),
-        )
-        .await?;
+    say!("{}", sandbox.describe(workspace));
+    Ok(())
+}
 
+/// Runs the prompts one turn each, printing how each ended, until one does not complete; the
+/// exit code is [`BLOCKED`] when the maintenance gate blocked a turn.
+async fn run_prompts(
+    session: &AgentSession,
+    prompts: Vec<String>,
+) -> Result<(Vec<TurnResult>, ExitCode), Error> {
     let mut code = ExitCode::SUCCESS;
     let mut results = Vec::new();
     for prompt in prompts {
@@ -301,17 +347,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
             break;
         }
     }
-    session.close().await?;
-    let report = agent.shutdown(Duration::from_secs(10)).await;
-    let written = audit_log.close().await;
-    print_summary(&workspace, &results, &report, &audit);
-    say!(
-        "audit log: {} ({} records); inspect it with: hookbus audit --db {} calls",
-        audit_path.display(),
-        written.written,
-        audit_path.display()
-    );
-    Ok(code)
+    Ok((results, code))
 }
 
 fn print_summary(

@@ -174,13 +174,13 @@ impl AuditLog {
         let log = self.clone();
         bus.on_hook_failure(Box::new(move |f| {
             log.send(
-                Record::HookFailure {
+                Record::HookFailure(writer::HookFailure {
                     session_id: f.session_id.clone(),
                     hook: f.hook.clone(),
                     event: f.event.as_str().to_owned(),
                     status: f.status.clone(),
                     at_ms: now_ms(),
-                },
+                }),
                 None,
             );
         }));
@@ -276,21 +276,21 @@ fn record_of(env: &Envelope) -> Option<Record> {
     let at_ms = now_ms();
     let session_id = env.session_id.clone();
     Some(match &env.event {
-        Event::SessionStart(_) => Record::SessionStart {
+        Event::SessionStart(_) => Record::SessionStart(writer::SessionStart {
             session_id,
             parent_id: env.parent_session_id.clone(),
             cwd: env.fields.cwd.clone(),
             at_ms,
-        },
-        Event::PreToolUse(e) => Record::Request {
+        }),
+        Event::PreToolUse(e) => Record::Request(writer::Request {
             session_id,
             turn: env.turn,
             tool_use_id: e.tool_use_id.clone(),
             tool_name: e.tool_name.clone(),
             input: e.tool_input.to_string(),
             at_ms,
-        },
-        Event::PermissionDenied(e) => Record::Denied {
+        }),
+        Event::PermissionDenied(e) => Record::Denied(writer::Denied {
             session_id,
             turn: env.turn,
             tool_use_id: e.tool_use_id.clone(),
@@ -305,8 +305,8 @@ fn record_of(env: &Envelope) -> Option<Record> {
             decided_by: e.decided_by.clone(),
             reason: e.reason.clone(),
             at_ms,
-        },
-        Event::PostToolUse(e) => Record::Outcome {
+        }),
+        Event::PostToolUse(e) => Record::Outcome(writer::Outcome {
             session_id,
             turn: env.turn,
             tool_use_id: e.tool_use_id.clone(),
@@ -321,8 +321,8 @@ fn record_of(env: &Envelope) -> Option<Record> {
             preview: preview(&e.tool_response),
             duration_ms: e.duration_ms,
             at_ms,
-        },
-        Event::PostToolUseFailure(e) => Record::Outcome {
+        }),
+        Event::PostToolUseFailure(e) => Record::Outcome(writer::Outcome {
             session_id,
             turn: env.turn,
             tool_use_id: e.tool_use_id.clone(),
@@ -337,12 +337,12 @@ fn record_of(env: &Envelope) -> Option<Record> {
             preview: e.error.chars().take(PREVIEW).collect(),
             duration_ms: e.duration_ms,
             at_ms,
-        },
-        Event::SessionEnd(e) => Record::SessionEnd {
+        }),
+        Event::SessionEnd(e) => Record::SessionEnd(writer::SessionEnd {
             session_id,
             reason: e.reason.clone(),
             at_ms,
-        },
+        }),
         _ => return None,
     })
 }
@@ -377,7 +377,7 @@ impl IntentGate {
 #[async_trait]
 impl ExecutionGate for IntentGate {
     async fn before_execution(&self, intent: &ExecutionIntent<'_>) -> Result<(), String> {
-        self.commit(Record::Intent {
+        self.commit(Record::Intent(writer::Intent {
             session_id: intent.session_id.to_owned(),
             turn: intent.turn,
             tool_use_id: intent.tool_use_id.to_owned(),
@@ -385,7 +385,7 @@ impl ExecutionGate for IntentGate {
             requested: intent.requested.to_string(),
             input: intent.input.to_string(),
             at_ms: now_ms(),
-        })
+        }))
         .await
         .map_err(|e| format!("the audit intent of this call could not be made durable: {e}"))
     }

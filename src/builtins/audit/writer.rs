@@ -13,68 +13,96 @@ const BATCH: usize = 512;
 /// One thing to write.
 #[derive(Debug)]
 pub(crate) enum Record {
-    SessionStart {
-        session_id: String,
-        parent_id: Option<String>,
-        cwd: String,
-        at_ms: u64,
-    },
-    SessionEnd {
-        session_id: String,
-        reason: String,
-        at_ms: u64,
-    },
+    SessionStart(SessionStart),
+    SessionEnd(SessionEnd),
     /// A tool call was requested (PreToolUse): a new row, the next attempt of its
     /// (session, turn, tool_use_id).
-    Request {
-        session_id: String,
-        turn: u32,
-        tool_use_id: String,
-        tool_name: String,
-        input: String,
-        at_ms: u64,
-    },
+    Request(Request),
     /// A call is about to run with `input` (durable mode): must be committed before it runs.
-    Intent {
-        session_id: String,
-        turn: u32,
-        tool_use_id: String,
-        tool_name: String,
-        requested: String,
-        input: String,
-        at_ms: u64,
-    },
-    Denied {
-        session_id: String,
-        turn: u32,
-        tool_use_id: String,
-        tool_name: String,
-        input: String,
-        decision: &'static str,
-        source: String,
-        decided_by: Option<String>,
-        reason: String,
-        at_ms: u64,
-    },
-    Outcome {
-        session_id: String,
-        turn: u32,
-        tool_use_id: String,
-        tool_name: String,
-        requested: String,
-        final_input: String,
-        is_error: bool,
-        preview: String,
-        duration_ms: u64,
-        at_ms: u64,
-    },
-    HookFailure {
-        session_id: String,
-        hook: String,
-        event: String,
-        status: String,
-        at_ms: u64,
-    },
+    Intent(Intent),
+    Denied(Denied),
+    Outcome(Outcome),
+    HookFailure(HookFailure),
+}
+
+/// A session started.
+#[derive(Debug)]
+pub(crate) struct SessionStart {
+    pub session_id: String,
+    pub parent_id: Option<String>,
+    pub cwd: String,
+    pub at_ms: u64,
+}
+
+/// A session ended.
+#[derive(Debug)]
+pub(crate) struct SessionEnd {
+    pub session_id: String,
+    pub reason: String,
+    pub at_ms: u64,
+}
+
+/// A tool call was requested.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub session_id: String,
+    pub turn: u32,
+    pub tool_use_id: String,
+    pub tool_name: String,
+    pub input: String,
+    pub at_ms: u64,
+}
+
+/// A call is about to run with `input`.
+#[derive(Debug)]
+pub(crate) struct Intent {
+    pub session_id: String,
+    pub turn: u32,
+    pub tool_use_id: String,
+    pub tool_name: String,
+    pub requested: String,
+    pub input: String,
+    pub at_ms: u64,
+}
+
+/// A call was denied or blocked.
+#[derive(Debug)]
+pub(crate) struct Denied {
+    pub session_id: String,
+    pub turn: u32,
+    pub tool_use_id: String,
+    pub tool_name: String,
+    pub input: String,
+    pub decision: &'static str,
+    pub source: String,
+    pub decided_by: Option<String>,
+    pub reason: String,
+    pub at_ms: u64,
+}
+
+/// A call ran (successfully or not).
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub session_id: String,
+    pub turn: u32,
+    pub tool_use_id: String,
+    pub tool_name: String,
+    pub requested: String,
+    pub final_input: String,
+    pub is_error: bool,
+    pub preview: String,
+    pub duration_ms: u64,
+    pub at_ms: u64,
+}
+
+/// A hook failed.
+#[derive(Debug)]
+pub(crate) struct HookFailure {
+    pub session_id: String,
+    pub hook: String,
+    pub event: String,
+    pub status: String,
+    pub at_ms: u64,
 }
 
 /// What the writer serves.
@@ -149,170 +177,141 @@ fn open_call(
     .optional()
 }
 
+/// Writes one record, by its kind.
 fn write(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
     match record {
-        Record::SessionStart {
-            session_id,
-            parent_id,
-            cwd,
-            at_ms,
-        } => {
-            conn.execute(
-                "INSERT INTO sessions (id, parent_id, cwd, started_ms) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (id) DO UPDATE SET started_ms = COALESCE(started_ms, excluded.started_ms)",
-                params![session_id, parent_id, cwd, *at_ms as i64],
-            )?;
-        }
-        Record::SessionEnd {
-            session_id,
-            reason,
-            at_ms,
-        } => {
-            conn.execute(
-                "INSERT INTO sessions (id, ended_ms, end_reason) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (id) DO UPDATE SET ended_ms = excluded.ended_ms, end_reason = excluded.end_reason",
-                params![session_id, *at_ms as i64, reason],
-            )?;
-        }
-        Record::Request {
-            session_id,
-            turn,
-            tool_use_id,
-            tool_name,
-            input,
-            at_ms,
-        } => {
-            new_call(
-                conn,
-                &Call {
-                    session_id,
-                    turn: *turn,
-                    tool_use_id,
-                },
-                tool_name,
-                input,
-                *at_ms,
-            )?;
-        }
-        Record::Intent {
-            session_id,
-            turn,
-            tool_use_id,
-            tool_name,
-            requested,
-            input,
-            at_ms,
-        } => {
-            let call = Call {
-                session_id,
-                turn: *turn,
-                tool_use_id,
-            };
-            let id = match open_call(conn, &call, [requested, input], true)? {
-                Some(id) => id,
-                None => new_call(conn, &call, tool_name, requested, *at_ms)?,
-            };
-            conn.execute(
-                "UPDATE tool_calls SET intent_ms = ?2, final_input = ?3 WHERE id = ?1",
-                params![id, *at_ms as i64, input],
-            )?;
-        }
-        Record::Denied {
-            session_id,
-            turn,
-            tool_use_id,
-            tool_name,
-            input,
-            decision,
-            source,
-            decided_by,
-            reason,
-            at_ms,
-        } => {
-            let call = Call {
-                session_id,
-                turn: *turn,
-                tool_use_id,
-            };
-            let id = match open_call(conn, &call, [input, input], false)? {
-                Some(id) => id,
-                None => new_call(conn, &call, tool_name, input, *at_ms)?,
-            };
-            conn.execute(
-                "UPDATE tool_calls SET decision = ?2, source = ?3, decided_by = ?4, reason = ?5,
-                     final_input = ?6, outcome = 'not_run', finished_ms = ?7
-                 WHERE id = ?1",
-                params![
-                    id,
-                    decision,
-                    source,
-                    decided_by,
-                    reason,
-                    input,
-                    *at_ms as i64
-                ],
-            )?;
-            conn.execute(
-                "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, decided_by, reason, at_ms, call_id)
-                 VALUES (?1, ?2, ?3, 'deny', ?4, ?5, ?6, ?7, ?8)",
-                params![session_id, tool_use_id, tool_name, source, decided_by, reason, *at_ms as i64, id],
-            )?;
-        }
-        Record::Outcome {
-            session_id,
-            turn,
-            tool_use_id,
-            tool_name,
-            requested,
-            final_input,
-            is_error,
-            preview,
-            duration_ms,
-            at_ms,
-        } => {
-            let call = Call {
-                session_id,
-                turn: *turn,
-                tool_use_id,
-            };
-            let id = match open_call(conn, &call, [requested, final_input], false)? {
-                Some(id) => id,
-                None => new_call(conn, &call, tool_name, requested, *at_ms)?,
-            };
-            conn.execute(
-                "UPDATE tool_calls SET final_input = ?2, decision = COALESCE(decision, 'allow'),
-                     outcome = ?3, is_error = ?4, output_preview = ?5, finished_ms = ?6,
-                     duration_ms = ?7
-                 WHERE id = ?1",
-                params![
-                    id,
-                    final_input,
-                    if *is_error { "error" } else { "ok" },
-                    *is_error as i64,
-                    preview,
-                    *at_ms as i64,
-                    *duration_ms as i64
-                ],
-            )?;
-            conn.execute(
-                "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, at_ms, call_id)
-                 VALUES (?1, ?2, ?3, 'allow', NULL, ?4, ?5)",
-                params![session_id, tool_use_id, tool_name, *at_ms as i64, id],
-            )?;
-        }
-        Record::HookFailure {
-            session_id,
-            hook,
-            event,
-            status,
-            at_ms,
-        } => {
-            conn.execute(
-                "INSERT INTO hook_failures (session_id, hook, event, status, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![session_id, hook, event, status, *at_ms as i64],
-            )?;
-        }
+        Record::SessionStart(r) => write_session_start(conn, r),
+        Record::SessionEnd(r) => write_session_end(conn, r),
+        Record::Request(r) => write_request(conn, r),
+        Record::Intent(r) => write_intent(conn, r),
+        Record::Denied(r) => write_denied(conn, r),
+        Record::Outcome(r) => write_outcome(conn, r),
+        Record::HookFailure(r) => write_hook_failure(conn, r),
     }
+}
+
+/// Inserts the session, or marks an already known one started (keeping its first start).
+fn write_session_start(conn: &Connection, r: &SessionStart) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO sessions (id, parent_id, cwd, started_ms) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (id) DO UPDATE SET started_ms = COALESCE(started_ms, excluded.started_ms)",
+        params![r.session_id, r.parent_id, r.cwd, r.at_ms as i64],
+    )?;
+    Ok(())
+}
+
+/// Sets the session's end time and reason (inserting it if unknown).
+fn write_session_end(conn: &Connection, r: &SessionEnd) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO sessions (id, ended_ms, end_reason) VALUES (?1, ?2, ?3)
+         ON CONFLICT (id) DO UPDATE SET ended_ms = excluded.ended_ms, end_reason = excluded.end_reason",
+        params![r.session_id, r.at_ms as i64, r.reason],
+    )?;
+    Ok(())
+}
+
+/// Inserts the call's next attempt.
+fn write_request(conn: &Connection, r: &Request) -> rusqlite::Result<()> {
+    let call = Call {
+        session_id: &r.session_id,
+        turn: r.turn,
+        tool_use_id: &r.tool_use_id,
+    };
+    new_call(conn, &call, &r.tool_name, &r.input, r.at_ms)?;
+    Ok(())
+}
+
+/// Sets the intent time and the input about to run on the call's open row (or a new one).
+fn write_intent(conn: &Connection, r: &Intent) -> rusqlite::Result<()> {
+    let call = Call {
+        session_id: &r.session_id,
+        turn: r.turn,
+        tool_use_id: &r.tool_use_id,
+    };
+    let id = match open_call(conn, &call, [&r.requested, &r.input], true)? {
+        Some(id) => id,
+        None => new_call(conn, &call, &r.tool_name, &r.requested, r.at_ms)?,
+    };
+    conn.execute(
+        "UPDATE tool_calls SET intent_ms = ?2, final_input = ?3 WHERE id = ?1",
+        params![id, r.at_ms as i64, r.input],
+    )?;
+    Ok(())
+}
+
+/// Closes the call's open row (or a new one) as not run, and logs the deny decision.
+fn write_denied(conn: &Connection, r: &Denied) -> rusqlite::Result<()> {
+    let call = Call {
+        session_id: &r.session_id,
+        turn: r.turn,
+        tool_use_id: &r.tool_use_id,
+    };
+    let id = match open_call(conn, &call, [&r.input, &r.input], false)? {
+        Some(id) => id,
+        None => new_call(conn, &call, &r.tool_name, &r.input, r.at_ms)?,
+    };
+    conn.execute(
+        "UPDATE tool_calls SET decision = ?2, source = ?3, decided_by = ?4, reason = ?5,
+             final_input = ?6, outcome = 'not_run', finished_ms = ?7
+         WHERE id = ?1",
+        params![
+            id,
+            r.decision,
+            r.source,
+            r.decided_by,
+            r.reason,
+            r.input,
+            r.at_ms as i64
+        ],
+    )?;
+    conn.execute(
+        "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, decided_by, reason, at_ms, call_id)
+         VALUES (?1, ?2, ?3, 'deny', ?4, ?5, ?6, ?7, ?8)",
+        params![r.session_id, r.tool_use_id, r.tool_name, r.source, r.decided_by, r.reason, r.at_ms as i64, id],
+    )?;
+    Ok(())
+}
+
+/// Sets the outcome on the call's open row (or a new one), and logs the allow decision.
+fn write_outcome(conn: &Connection, r: &Outcome) -> rusqlite::Result<()> {
+    let call = Call {
+        session_id: &r.session_id,
+        turn: r.turn,
+        tool_use_id: &r.tool_use_id,
+    };
+    let id = match open_call(conn, &call, [&r.requested, &r.final_input], false)? {
+        Some(id) => id,
+        None => new_call(conn, &call, &r.tool_name, &r.requested, r.at_ms)?,
+    };
+    conn.execute(
+        "UPDATE tool_calls SET final_input = ?2, decision = COALESCE(decision, 'allow'),
+             outcome = ?3, is_error = ?4, output_preview = ?5, finished_ms = ?6,
+             duration_ms = ?7
+         WHERE id = ?1",
+        params![
+            id,
+            r.final_input,
+            if r.is_error { "error" } else { "ok" },
+            r.is_error as i64,
+            r.preview,
+            r.at_ms as i64,
+            r.duration_ms as i64
+        ],
+    )?;
+    conn.execute(
+        "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, at_ms, call_id)
+         VALUES (?1, ?2, ?3, 'allow', NULL, ?4, ?5)",
+        params![r.session_id, r.tool_use_id, r.tool_name, r.at_ms as i64, id],
+    )?;
+    Ok(())
+}
+
+/// Inserts the hook failure.
+fn write_hook_failure(conn: &Connection, r: &HookFailure) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO hook_failures (session_id, hook, event, status, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![r.session_id, r.hook, r.event, r.status, r.at_ms as i64],
+    )?;
     Ok(())
 }
 

@@ -221,54 +221,101 @@ impl Running {
                 );
             };
             tokio::pin!(io);
-            let mut io_done = false;
-            let phase = loop {
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break Phase::Cancelled,
-                    status = self.child.wait() => break Phase::Exited(status),
-                    _ = tokio::time::sleep_until(deadline) => break Phase::Deadline,
-                    _ = &mut io, if !io_done => io_done = true,
-                }
-            };
-            match &phase {
-                Phase::Exited(_) => {
-                    // The answer stands; leftovers in the group go now, and the pipes get a
-                    // short drain for what was written before the exit.
-                    self.guard.kill_group();
-                    io_done = io_done || drain(io.as_mut(), Instant::now() + DRAIN).await;
-                }
-                Phase::Deadline | Phase::Cancelled => {
-                    // The child is alive: its whole tree, then its group.
-                    kill_escaped_blocking(self.guard.trace.clone(), Scope::TreeAndPipes).await;
-                    self.guard.kill_group();
-                    io_done = io_done || drain(io.as_mut(), Instant::now() + REAP_DRAIN).await;
-                }
-            }
-            // Still open: something outside the group holds a pipe.
-            let mut rounds = 0;
-            while !io_done && rounds < REAP_ROUNDS {
-                rounds += 1;
-                let killed = kill_escaped_blocking(self.guard.trace.clone(), Scope::Pipes).await;
-                tracing::debug!(
-                    killed,
-                    round = rounds,
-                    "killed processes holding a child's pipes"
-                );
-                io_done = drain(io.as_mut(), Instant::now() + REAP_DRAIN).await;
-            }
-            if !io_done {
-                tracing::warn!(
-                    pid = self.guard.trace.as_ref().map(|t| t.pid),
-                    "a child's pipes are still held open by a process that could not be found \
-                     or killed; closing them"
-                );
-            }
+            let (phase, io_done) =
+                wait_for_end(&mut self.child, io.as_mut(), deadline, cancel).await;
+            let io_done = kill_and_drain(&self.guard, &phase, io.as_mut(), io_done).await;
+            reap_pipe_holders(&self.guard, io.as_mut(), io_done).await;
             phase
             // `io` drops here: our ends of the pipes close.
         };
         self.guard.settled = true;
-        match phase {
+        phase.ended(stdout, stderr)
+    }
+}
+
+/// Drives `io` beside the wait until the child exits, the deadline passes or `cancel` fires;
+/// returns which, and whether `io` ended.
+async fn wait_for_end<F: Future + ?Sized>(
+    child: &mut Child,
+    mut io: Pin<&mut F>,
+    deadline: Instant,
+    cancel: &CancellationToken,
+) -> (Phase, bool) {
+    let mut io_done = false;
+    let phase = loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break Phase::Cancelled,
+            status = child.wait() => break Phase::Exited(status),
+            _ = tokio::time::sleep_until(deadline) => break Phase::Deadline,
+            _ = &mut io, if !io_done => io_done = true,
+        }
+    };
+    (phase, io_done)
+}
+
+/// Kills what `phase` leaves behind (the group; a live child's whole tree first) and gives the
+/// pipes a short drain; returns whether `io` ended.
+async fn kill_and_drain<F: Future + ?Sized>(
+    guard: &Guard,
+    phase: &Phase,
+    io: Pin<&mut F>,
+    io_done: bool,
+) -> bool {
+    match phase {
+        Phase::Exited(_) => {
+            // The answer stands; leftovers in the group go now, and the pipes get a
+            // short drain for what was written before the exit.
+            guard.kill_group();
+            io_done || drain(io, Instant::now() + DRAIN).await
+        }
+        Phase::Deadline | Phase::Cancelled => {
+            // The child is alive: its whole tree, then its group.
+            kill_escaped_blocking(guard.trace.clone(), Scope::TreeAndPipes).await;
+            guard.kill_group();
+            io_done || drain(io, Instant::now() + REAP_DRAIN).await
+        }
+    }
+}
+
+/// While `io` has not ended, kills the processes outside the group that hold a pipe, for at
+/// most [`REAP_ROUNDS`] rounds; warns if the pipes are still held after them.
+async fn reap_pipe_holders<F: Future + ?Sized>(
+    guard: &Guard,
+    mut io: Pin<&mut F>,
+    mut io_done: bool,
+) {
+    // Still open: something outside the group holds a pipe.
+    let mut rounds = 0;
+    while !io_done && rounds < REAP_ROUNDS {
+        rounds += 1;
+        let killed = kill_escaped_blocking(guard.trace.clone(), Scope::Pipes).await;
+        tracing::debug!(
+            killed,
+            round = rounds,
+            "killed processes holding a child's pipes"
+        );
+        io_done = drain(io.as_mut(), Instant::now() + REAP_DRAIN).await;
+    }
+    if !io_done {
+        tracing::warn!(
+            pid = guard.trace.as_ref().map(|t| t.pid),
+            "a child's pipes are still held open by a process that could not be found \
+             or killed; closing them"
+        );
+    }
+}
+
+enum Phase {
+    Exited(io::Result<ExitStatus>),
+    Deadline,
+    Cancelled,
+}
+
+impl Phase {
+    /// How the run ended, given how the wait ended and what was read.
+    fn ended(self, stdout: Captured, stderr: Captured) -> Ended {
+        match self {
             Phase::Exited(Ok(status)) => Ended::Exited {
                 status,
                 stdout,
@@ -279,10 +326,4 @@ impl Running {
             Phase::Cancelled => Ended::Cancelled,
         }
     }
-}
-
-enum Phase {
-    Exited(io::Result<ExitStatus>),
-    Deadline,
-    Cancelled,
 }
