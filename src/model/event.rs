@@ -8,6 +8,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -609,9 +611,10 @@ pub struct Envelope {
     /// Milliseconds since the Unix epoch when the event was dispatched.
     #[serde(default)]
     pub timestamp_ms: u64,
-    /// Session-wide fields (`cwd`, `transcript_path`, ...).
+    /// Session-wide fields (`cwd`, `transcript_path`, ...), shared by every envelope of the
+    /// session.
     #[serde(flatten)]
-    pub fields: SessionFields,
+    pub fields: Arc<SessionFields>,
     /// The event and its payload, flattened next to the fields above.
     #[serde(flatten)]
     pub event: Event,
@@ -660,11 +663,11 @@ mod tests {
             turn: 1,
             step: 2,
             timestamp_ms: 5,
-            fields: SessionFields {
+            fields: Arc::new(SessionFields {
                 cwd: "/w".into(),
                 permission_mode: Some("default".into()),
                 ..Default::default()
-            },
+            }),
             event: Event::PreToolUse(PreToolUse {
                 tool_name: "Bash".into(),
                 tool_input: json!({"command": "ls"}),

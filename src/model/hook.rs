@@ -142,6 +142,9 @@ pub struct HookCx {
     scratchpad: Arc<Scratchpad>,
     // Shared behind an `Arc`: cloning a `CancellationToken` itself takes the token tree's lock.
     cancel: Arc<CancellationToken>,
+    /// A call's own token, a child of `cancel`, made the first time the call asks for its
+    /// token (or when the call is stopped): a hook that never looks at it costs no child token.
+    own: Option<std::sync::OnceLock<CancellationToken>>,
 }
 
 impl HookCx {
@@ -154,6 +157,7 @@ impl HookCx {
             envelope,
             scratchpad,
             cancel,
+            own: None,
         }
     }
     /// The event with its place in the session.
@@ -172,17 +176,25 @@ impl HookCx {
     /// before the call is dropped: an actor hook's future is polled for
     /// [`CANCEL_GRACE`](crate::CANCEL_GRACE) more, so a `select!` on the token sees it.
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
+        match &self.own {
+            Some(own) => own.get_or_init(|| self.cancel.child_token()),
+            None => &self.cancel,
+        }
     }
 
-    /// The same context with a token of its own, a child of this one: cancelling it stops this
-    /// call alone.
-    pub(crate) fn with_own_token(&self) -> HookCx {
+    /// The same context with a token of its own, a child of this one (made when first asked
+    /// for): [`cancel_own`](Self::cancel_own) stops this call alone.
+    pub(crate) fn with_own_token(self) -> HookCx {
         HookCx {
-            envelope: self.envelope.clone(),
-            scratchpad: self.scratchpad.clone(),
-            cancel: Arc::new(self.cancel.child_token()),
+            own: Some(std::sync::OnceLock::new()),
+            ..self
         }
+    }
+
+    /// Fires the call's own token (see [`with_own_token`](Self::with_own_token)), or the shared
+    /// one when the context has none of its own.
+    pub(crate) fn cancel_own(&self) {
+        self.cancellation().cancel();
     }
 }
 

@@ -114,7 +114,7 @@ impl Dispatcher {
             turn,
             step,
             timestamp_ms: now_ms(),
-            fields: self.shared.fields.read().clone(),
+            fields: self.shared.fields.clone(),
             event,
         });
         if let Some(log) = self.shared.log.get() {
@@ -153,17 +153,22 @@ impl Dispatcher {
             .timer
             .take()
             .unwrap_or_else(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
-        let gates = self.run_gates(&snapshot, &env, (&cancel, epoch, &token), &mut timer);
-        // Observers are enqueued beside the gates (a full mailbox must not delay them); with
-        // none subscribed there is nothing to join.
-        let outcome = if snapshot.obs_by_event[env.kind().index()].is_empty() {
-            gates.instrument(span).await
-        } else {
-            let observe = self.notify_observers(&snapshot, &env, &cancel);
-            let ((), outcome) = async { tokio::join!(observe, gates) }
-                .instrument(span)
-                .await;
-            outcome
+        let outcome = {
+            // Pinned where it is, then instrumented by reference: moving the join's state into
+            // the span's wrapper would copy it on every dispatch.
+            let gates = self.run_gates(&snapshot, &env, (&cancel, epoch, &token), &mut timer);
+            let mut gates = std::pin::pin!(gates);
+            // Observers are enqueued beside the gates (a full mailbox must not delay them);
+            // with none subscribed there is nothing to join.
+            if snapshot.obs_by_event[env.kind().index()].is_empty() {
+                gates.as_mut().instrument(span).await
+            } else {
+                let observe = self.notify_observers(&snapshot, &env, &cancel);
+                let ((), outcome) = async { tokio::join!(observe, gates) }
+                    .instrument(span)
+                    .await;
+                outcome
+            }
         };
         self.timer = Some(timer);
         self.record_runs(&env, &outcome);

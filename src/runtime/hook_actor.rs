@@ -75,15 +75,17 @@ async fn serve_in(hook: Arc<dyn Hook>, cx: HookCx, reply: Option<ReplySlot>) {
             let cx = cx.with_own_token();
             let call = serve(hook.as_ref(), &cx);
             tokio::pin!(call);
+            // The call first: most answer at once, before the slot is even looked at.
             tokio::select! {
                 biased;
-                _ = slot.closed() => {
-                    // The token fires first; the call gets a short grace to see it.
-                    cx.cancellation().cancel();
-                    let _ = tokio::time::timeout(CANCEL_GRACE, call).await;
-                }
                 answer = &mut call => {
                     slot.answer(answer);
+                }
+                _ = slot.closed() => {
+                    // The token fires first; the call gets a short grace to see it. Boxed: the
+                    // rare path's timer should not grow every call's future.
+                    cx.cancel_own();
+                    let _ = Box::pin(tokio::time::timeout(CANCEL_GRACE, call)).await;
                 }
             }
         }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -82,7 +82,8 @@ impl BusSessionConfig {
 pub(crate) struct SessionShared {
     pub id: String,
     pub parent: Option<String>,
-    pub fields: RwLock<SessionFields>,
+    /// Fixed at open; every envelope shares them.
+    pub fields: Arc<SessionFields>,
     pub scratchpad: Arc<Scratchpad>,
     /// Global + session hooks merged, while the session has hooks of its own.
     pub hooks: ArcSwapOption<Snapshot>,
@@ -112,7 +113,7 @@ impl SessionShared {
         Self {
             id,
             parent: config.parent.clone(),
-            fields: RwLock::new(config.fields.clone()),
+            fields: Arc::new(config.fields.clone()),
             scratchpad: Arc::new(Scratchpad::new()),
             hooks: ArcSwapOption::empty(),
             turn: Mutex::new(Arc::new(CancellationToken::new())),
