@@ -107,100 +107,13 @@ fn ratio(a: f64, b: Option<f64>) -> f64 {
 pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Vec<BenchResult> {
     let mut out = Vec::new();
     for kind in [RuntimeKind::MultiThread, RuntimeKind::CurrentThread] {
-        let mut four = 0.0;
-        for n in [1usize, 4, 16] {
-            progress(&format!("pair_{n}_hooks ({kind:?})"));
-            let figures = pair_figures(config, kind, n, false);
-            let (hookbus, base) = (figures.hookbus.ns, figures.base());
-            let r = ratio(hookbus, base[2]);
-            let (target, pass) = if n == 4 {
-                four = hookbus;
-                (format!("≤ 1.0× actor_baseline (is {r:.2}×)"), r <= 1.0)
-            } else {
-                (format!("scale, no target ({r:.2}× actor_baseline)"), true)
-            };
-            out.push(line(
-                format!("pair_{n}_hooks"),
-                Some(kind),
-                Unit::Ns,
-                hookbus,
-                base,
-                target,
-                pass,
-            ));
-            if n == 16 {
-                let extra = (hookbus - four) / 12.0;
-                let limit = if kind == RuntimeKind::CurrentThread {
-                    300.0
-                } else {
-                    1000.0
-                };
-                out.push(line(
-                    "per_extra_hook",
-                    Some(kind),
-                    Unit::Ns,
-                    extra,
-                    [None; 3],
-                    format!("≤ {limit:.0} ns per hook beyond 4 (from pair_4 and pair_16)"),
-                    extra <= limit,
-                ));
-            }
-        }
-        progress(&format!("pair_4_hooks_inline ({kind:?})"));
-        let figures = pair_figures(config, kind, 4, true);
-        let (hookbus, base) = (figures.hookbus.ns, figures.base());
-        let r = ratio(hookbus, base[2]);
-        out.push(line(
-            "pair_4_hooks_inline",
-            Some(kind),
-            Unit::Ns,
-            hookbus,
-            base,
-            format!("≤ 0.5× actor_baseline (is {r:.2}×)"),
-            r <= 0.5,
-        ));
+        out.extend(pair_scenarios(config, kind, &mut progress));
     }
-
     progress("pair_4_hooks_external_caller");
     out.push(external_caller(config));
     progress("slow_4x10ms");
     out.push(slow(config));
-    progress("throughput_8_sessions");
-    let (t8, base8) = throughput(config, 8, false);
-    let r8 = ratio(t8, base8);
-    out.push(line(
-        "throughput_8_sessions",
-        Some(RuntimeKind::MultiThread),
-        Unit::PairsPerS,
-        t8,
-        [None, None, base8],
-        format!("≥ 2.5× actor_baseline with one shared dispatcher (is {r8:.2}×)"),
-        r8 >= 2.5,
-    ));
-    progress("throughput_8_sessions_inline");
-    let (t8i, base8i) = throughput(config, 8, true);
-    let r8i = ratio(t8i, base8i);
-    out.push(line(
-        "throughput_8_sessions_inline",
-        Some(RuntimeKind::MultiThread),
-        Unit::PairsPerS,
-        t8i,
-        [None, None, base8i],
-        format!("≥ 2.5× actor_baseline with one shared dispatcher (is {r8i:.2}×)"),
-        r8i >= 2.5,
-    ));
-    progress("throughput_64_sessions");
-    let (t64, base64) = throughput(config, 64, false);
-    let r64 = t64 / t8;
-    out.push(line(
-        "throughput_64_sessions",
-        Some(RuntimeKind::MultiThread),
-        Unit::PairsPerS,
-        t64,
-        [None, None, base64],
-        format!("≥ 0.9× the 8-session figure (is {r64:.2}×)"),
-        r64 >= 0.9,
-    ));
+    out.extend(throughput_scenarios(config, &mut progress));
     progress("filter_100_registered");
     out.push(filter(config));
     progress("idle_session_bytes");
@@ -209,6 +122,119 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Vec<BenchRes
     out.push(command(config));
     progress("audit_durable_intents_per_s");
     out.push(audit(config));
+    out
+}
+
+/// `pair_{1,4,16}_hooks`, `per_extra_hook` and `pair_4_hooks_inline` on one runtime.
+fn pair_scenarios(
+    config: &BenchConfig,
+    kind: RuntimeKind,
+    progress: &mut impl FnMut(&str),
+) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    let mut figure = |n: usize, inline: bool| {
+        let name = if inline { "_inline" } else { "" };
+        progress(&format!("pair_{n}_hooks{name} ({kind:?})"));
+        let figures = pair_figures(config, kind, n, inline);
+        (figures.hookbus.ns, figures.base())
+    };
+    let mut four = 0.0;
+    for n in [1usize, 4, 16] {
+        let (hookbus, base) = figure(n, false);
+        let r = ratio(hookbus, base[2]);
+        let (target, pass) = if n == 4 {
+            four = hookbus;
+            (format!("≤ 1.0× actor_baseline (is {r:.2}×)"), r <= 1.0)
+        } else {
+            (format!("scale, no target ({r:.2}× actor_baseline)"), true)
+        };
+        let name = format!("pair_{n}_hooks");
+        out.push(line(
+            name,
+            Some(kind),
+            Unit::Ns,
+            hookbus,
+            base,
+            target,
+            pass,
+        ));
+        if n == 16 {
+            let extra = (hookbus - four) / 12.0;
+            let limit = match kind {
+                RuntimeKind::CurrentThread => 300.0,
+                RuntimeKind::MultiThread => 1000.0,
+            };
+            let target = format!("≤ {limit:.0} ns per hook beyond 4 (from pair_4 and pair_16)");
+            let figure = line(
+                "per_extra_hook",
+                Some(kind),
+                Unit::Ns,
+                extra,
+                [None; 3],
+                target,
+                extra <= limit,
+            );
+            out.push(figure);
+        }
+    }
+    let (hookbus, base) = figure(4, true);
+    let r = ratio(hookbus, base[2]);
+    let target = format!("≤ 0.5× actor_baseline (is {r:.2}×)");
+    out.push(line(
+        "pair_4_hooks_inline",
+        Some(kind),
+        Unit::Ns,
+        hookbus,
+        base,
+        target,
+        r <= 0.5,
+    ));
+    out
+}
+
+/// `throughput_{8,64}_sessions` (and 8 with inline hooks) against one shared actor fan-out.
+fn throughput_scenarios(config: &BenchConfig, progress: &mut impl FnMut(&str)) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    let mt = Some(RuntimeKind::MultiThread);
+    progress("throughput_8_sessions");
+    let (t8, base8) = throughput(config, 8, false);
+    let r8 = ratio(t8, base8);
+    let target = format!("≥ 2.5× actor_baseline with one shared dispatcher (is {r8:.2}×)");
+    out.push(line(
+        "throughput_8_sessions",
+        mt,
+        Unit::PairsPerS,
+        t8,
+        [None, None, base8],
+        target,
+        r8 >= 2.5,
+    ));
+    progress("throughput_8_sessions_inline");
+    let (t8i, base8i) = throughput(config, 8, true);
+    let r8i = ratio(t8i, base8i);
+    let target = format!("≥ 2.5× actor_baseline with one shared dispatcher (is {r8i:.2}×)");
+    out.push(line(
+        "throughput_8_sessions_inline",
+        mt,
+        Unit::PairsPerS,
+        t8i,
+        [None, None, base8i],
+        target,
+        r8i >= 2.5,
+    ));
+    progress("throughput_64_sessions");
+    let (t64, base64) = throughput(config, 64, false);
+    let r64 = t64 / t8;
+    let target = format!("≥ 0.9× the 8-session figure (is {r64:.2}×)");
+    out.push(line(
+        "throughput_64_sessions",
+        mt,
+        Unit::PairsPerS,
+        t64,
+        [None, None, base64],
+        target,
+        r64 >= 0.9,
+    ));
     out
 }
 

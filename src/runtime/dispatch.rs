@@ -361,17 +361,62 @@ impl Dispatcher {
         (cancel, epoch, token): (&CancellationToken, u64, &Arc<CancellationToken>),
         timer: &mut Pin<Box<Sleep>>,
     ) -> Vec<Run> {
-        let started = Instant::now();
         // Inline hooks borrow their context from here while they run on this task.
         let inline_cxs: SmallVec<[HookCx; 4]> = matched
             .iter()
             .filter(|&&i| matches!(snapshot.hooks[i].target, Target::Inline(_)))
             .map(|_| self.cx(env, token))
             .collect();
+        let mut join = self.start_all(snapshot, env, matched, token, &inline_cxs);
+        if join.pending > 0 {
+            timer.as_mut().reset(join.first_deadline());
+            // Joined once (to be woken); later checks read the session's turn epoch.
+            let turn_cancelled = cancel.cancelled();
+            tokio::pin!(turn_cancelled);
+            let mut armed = false;
+            std::future::poll_fn(|cx| {
+                self.collect_answers(&mut join, env, cx);
+                if join.pending == 0 {
+                    return Poll::Ready(());
+                }
+                let cancelled = self.shared.turn_cancelled_since(epoch)
+                    || (!armed && {
+                        armed = true;
+                        turn_cancelled.as_mut().poll(cx).is_ready()
+                    });
+                if cancelled {
+                    join.cancel_all();
+                    return Poll::Ready(());
+                }
+                self.expire(&mut join, env, timer, cx)
+            })
+            .await;
+            // A cancelled turn fired every hook's token already (they are its children); a
+            // timed-out actor hook's own token is fired by its actor when its reply slot
+            // closes here. The shared token stays: other dispatches' work keeps running.
+        }
+        join.into_runs()
+    }
+
+    /// Starts every matched hook: actor hooks get their delivery, inline hooks their first
+    /// poll comes with the join's.
+    fn start_all<'a>(
+        &self,
+        snapshot: &'a Snapshot,
+        env: &Arc<Envelope>,
+        matched: &'a [usize],
+        token: &Arc<CancellationToken>,
+        inline_cxs: &'a [HookCx],
+    ) -> Join<'a> {
         let mut inline_cxs = inline_cxs.iter();
-        let mut runs: Vec<Option<Run>> = Vec::with_capacity(matched.len());
-        let mut flights: SmallVec<[InFlight<'_>; 4]> = SmallVec::with_capacity(matched.len());
-        let mut pending = 0;
+        let mut join = Join {
+            snapshot,
+            matched,
+            started: Instant::now(),
+            flights: SmallVec::with_capacity(matched.len()),
+            runs: Vec::with_capacity(matched.len()),
+            pending: 0,
+        };
         for &i in matched {
             let entry = &snapshot.hooks[i];
             let flight = match &entry.target {
@@ -383,13 +428,13 @@ impl Dispatcher {
             };
             match flight {
                 Ok(flight) => {
-                    pending += 1;
-                    flights.push(flight);
-                    runs.push(None);
+                    join.pending += 1;
+                    join.flights.push(flight);
+                    join.runs.push(None);
                 }
                 Err(status) => {
-                    flights.push(InFlight::Done);
-                    runs.push(Some(Run {
+                    join.flights.push(InFlight::Done);
+                    join.runs.push(Some(Run {
                         status,
                         reply: None,
                         elapsed: Duration::ZERO,
@@ -397,89 +442,56 @@ impl Dispatcher {
                 }
             }
         }
-        if pending > 0 {
-            let deadline = |k: usize| started + snapshot.hooks[matched[k]].timeout;
-            let first = (0..matched.len())
-                .filter(|&k| runs[k].is_none())
-                .map(deadline)
-                .min()
-                .unwrap_or(started);
-            timer.as_mut().reset(first);
-            // Joined once (to be woken); later checks read the session's turn epoch.
-            let turn_cancelled = cancel.cancelled();
-            tokio::pin!(turn_cancelled);
-            let mut armed = false;
-            std::future::poll_fn(|cx| {
-                // One clock read per pass, for every hook that finished in it.
-                let mut now: Option<Duration> = None;
-                for (k, flight) in flights.iter_mut().enumerate() {
-                    if let Poll::Ready(answer) = flight.poll(cx) {
-                        *flight = InFlight::Done;
-                        pending -= 1;
-                        let entry = &snapshot.hooks[matched[k]];
-                        let elapsed = *now.get_or_insert_with(|| started.elapsed());
-                        runs[k] = Some(self.finish(entry, env, answer, elapsed));
-                    }
-                }
-                if pending == 0 {
-                    return Poll::Ready(());
-                }
-                let cancelled = self.shared.turn_cancelled_since(epoch)
-                    || (!armed && {
-                        armed = true;
-                        turn_cancelled.as_mut().poll(cx).is_ready()
-                    });
-                if cancelled {
-                    for (k, flight) in flights.iter_mut().enumerate() {
-                        if !matches!(flight, InFlight::Done) {
-                            *flight = InFlight::Done;
-                            runs[k] = Some(Run {
-                                status: RunStatus::Cancelled,
-                                reply: None,
-                                elapsed: started.elapsed(),
-                            });
-                        }
-                    }
-                    return Poll::Ready(());
-                }
-                while timer.as_mut().poll(cx).is_ready() {
-                    let now = Instant::now();
-                    let mut next: Option<Instant> = None;
-                    for (k, flight) in flights.iter_mut().enumerate() {
-                        if matches!(flight, InFlight::Done) {
-                            continue;
-                        }
-                        if deadline(k) <= now {
-                            *flight = InFlight::Done;
-                            pending -= 1;
-                            let entry = &snapshot.hooks[matched[k]];
-                            runs[k] = Some(self.timed_out(entry, env, started.elapsed()));
-                        } else {
-                            next = Some(next.map_or(deadline(k), |n| n.min(deadline(k))));
-                        }
-                    }
-                    match next {
-                        Some(at) => timer.as_mut().reset(at),
-                        None => return Poll::Ready(()),
-                    }
-                }
-                Poll::Pending
-            })
-            .await;
-            // A cancelled turn fired every hook's token already (they are its children); a
-            // timed-out actor hook's own token is fired by its actor when its reply slot
-            // closes here. The shared token stays: other dispatches' work keeps running.
-            drop(flights);
+        join
+    }
+
+    /// Polls every hook still running and records the ones that answered.
+    fn collect_answers(&self, join: &mut Join<'_>, env: &Envelope, cx: &mut Context<'_>) {
+        // One clock read per pass, for every hook that finished in it.
+        let mut now: Option<Duration> = None;
+        for (k, flight) in join.flights.iter_mut().enumerate() {
+            if let Poll::Ready(answer) = flight.poll(cx) {
+                *flight = InFlight::Done;
+                join.pending -= 1;
+                let entry = &join.snapshot.hooks[join.matched[k]];
+                let elapsed = *now.get_or_insert_with(|| join.started.elapsed());
+                join.runs[k] = Some(self.finish(entry, env, answer, elapsed));
+            }
         }
-        runs.into_iter()
-            .map(|r| {
-                r.unwrap_or(Run {
-                    status: RunStatus::ReplyDropped,
-                    reply: None,
-                    elapsed: Duration::ZERO,
-                })
-            })
-            .collect()
+    }
+
+    /// Records the hooks past their deadline as timed out and sets the timer to the next
+    /// deadline; ready when nothing is left to wait for.
+    fn expire(
+        &self,
+        join: &mut Join<'_>,
+        env: &Envelope,
+        timer: &mut Pin<Box<Sleep>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
+        while timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            let mut next: Option<Instant> = None;
+            for k in 0..join.flights.len() {
+                if matches!(join.flights[k], InFlight::Done) {
+                    continue;
+                }
+                let deadline = join.deadline(k);
+                if deadline <= now {
+                    join.flights[k] = InFlight::Done;
+                    join.pending -= 1;
+                    let entry = &join.snapshot.hooks[join.matched[k]];
+                    join.runs[k] = Some(self.timed_out(entry, env, join.started.elapsed()));
+                } else {
+                    next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                }
+            }
+            match next {
+                Some(at) => timer.as_mut().reset(at),
+                None => return Poll::Ready(()),
+            }
+        }
+        Poll::Pending
     }
 
     fn cx(&self, env: &Arc<Envelope>, token: &Arc<CancellationToken>) -> HookCx {
@@ -669,64 +681,31 @@ impl Dispatcher {
         sequential: bool,
         cancel: &CancellationToken,
     ) -> Vec<Run> {
-        let kind = env.kind();
         let n = matched.len();
-        // Dependencies as positions within `matched` (a dependency that did not match this event
-        // is satisfied at once).
-        let deps: Vec<Vec<usize>> = (0..n)
-            .map(|k| {
-                if sequential {
-                    return if k == 0 { vec![] } else { vec![k - 1] };
-                }
-                snapshot.deps[matched[k]]
-                    .iter()
-                    .filter_map(|d| matched.iter().position(|m| m == d))
-                    .collect()
-            })
-            .collect();
+        let deps = chain_deps(snapshot, matched, sequential);
         let mut runs: Vec<Option<Run>> = (0..n).map(|_| None).collect();
         let mut started = vec![false; n];
         let mut pending = FuturesUnordered::new();
         loop {
-            let mut progressed = true;
-            while progressed {
-                progressed = false;
-                for k in 0..n {
-                    if started[k] || !deps[k].iter().all(|&d| runs[d].is_some()) {
-                        continue;
-                    }
-                    started[k] = true;
-                    progressed = true;
-                    let blocked = deps[k].iter().any(|&d| {
-                        let r = runs[d].as_ref().expect("dependency finished");
-                        let entry = &snapshot.hooks[matched[d]];
-                        matches!(r.status, RunStatus::SkippedDependencyBlocked)
-                            || blocks_chain(
-                                kind,
-                                &r.status,
-                                r.reply.as_deref(),
-                                entry.options.failure,
-                            )
+            // Start every hook whose dependencies have all finished, until none is left.
+            while let Some(k) =
+                (0..n).find(|&k| !started[k] && deps[k].iter().all(|&d| runs[d].is_some()))
+            {
+                started[k] = true;
+                if self.chain_blocked(snapshot, env.kind(), matched, &deps[k], &runs) {
+                    runs[k] = Some(Run {
+                        status: RunStatus::SkippedDependencyBlocked,
+                        reply: None,
+                        elapsed: Duration::ZERO,
                     });
-                    if blocked {
-                        self.bus
-                            .metrics
-                            .hook_skipped
-                            .fetch_add(1, Ordering::Relaxed);
-                        runs[k] = Some(Run {
-                            status: RunStatus::SkippedDependencyBlocked,
-                            reply: None,
-                            elapsed: Duration::ZERO,
-                        });
-                        continue;
-                    }
-                    let input_env = mutated_for(env, &ancestors(&deps, k), &runs);
-                    let entry = snapshot.hooks[matched[k]].clone();
-                    pending.push(async move {
-                        let run = self.call(&entry, input_env, cancel, None).await;
-                        (k, run)
-                    });
+                    continue;
                 }
+                let input_env = mutated_for(env, &ancestors(&deps, k), &runs);
+                let entry = snapshot.hooks[matched[k]].clone();
+                pending.push(async move {
+                    let run = self.call(&entry, input_env, cancel, None).await;
+                    (k, run)
+                });
             }
             match pending.next().await {
                 Some((k, run)) => runs[k] = Some(run),
@@ -742,6 +721,32 @@ impl Dispatcher {
                 })
             })
             .collect()
+    }
+
+    /// Whether one of a hook's dependencies blocked (or was itself skipped for that): the hook
+    /// is then skipped, and counted so.
+    fn chain_blocked(
+        &self,
+        snapshot: &Snapshot,
+        kind: EventKind,
+        matched: &[usize],
+        deps: &[usize],
+        runs: &[Option<Run>],
+    ) -> bool {
+        let blocked = deps.iter().any(|&d| {
+            runs[d].as_ref().is_some_and(|r| {
+                let entry = &snapshot.hooks[matched[d]];
+                matches!(r.status, RunStatus::SkippedDependencyBlocked)
+                    || blocks_chain(kind, &r.status, r.reply.as_deref(), entry.options.failure)
+            })
+        });
+        if blocked {
+            self.bus
+                .metrics
+                .hook_skipped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        blocked
     }
 
     fn fold(
@@ -844,6 +849,81 @@ impl InFlight<'_> {
             InFlight::Ready(answer) => Poll::Ready(answer.take()),
             InFlight::Done => Poll::Pending,
         }
+    }
+}
+
+/// Each matched hook's dependencies as positions within `matched`: the previous hook when the
+/// event runs sequentially, else its `after` hooks that matched (one that did not match this
+/// event is satisfied at once).
+fn chain_deps(snapshot: &Snapshot, matched: &[usize], sequential: bool) -> Vec<Vec<usize>> {
+    (0..matched.len())
+        .map(|k| {
+            if sequential {
+                return if k == 0 { vec![] } else { vec![k - 1] };
+            }
+            snapshot.deps[matched[k]]
+                .iter()
+                .filter_map(|d| matched.iter().position(|m| m == d))
+                .collect()
+        })
+        .collect()
+}
+
+/// The hooks of one parallel dispatch while they run.
+struct Join<'a> {
+    snapshot: &'a Snapshot,
+    matched: &'a [usize],
+    started: Instant,
+    flights: SmallVec<[InFlight<'a>; 4]>,
+    /// In `matched` order; `None` while the hook runs.
+    runs: Vec<Option<Run>>,
+    pending: usize,
+}
+
+impl Join<'_> {
+    /// When the `k`-th matched hook times out.
+    fn deadline(&self, k: usize) -> Instant {
+        self.started + self.snapshot.hooks[self.matched[k]].timeout
+    }
+
+    /// The earliest deadline of the hooks still running.
+    fn first_deadline(&self) -> Instant {
+        (0..self.matched.len())
+            .filter(|&k| self.runs[k].is_none())
+            .map(|k| self.deadline(k))
+            .min()
+            .unwrap_or(self.started)
+    }
+
+    /// The turn was cancelled: every hook still running is recorded as cancelled.
+    fn cancel_all(&mut self) {
+        for (k, flight) in self.flights.iter_mut().enumerate() {
+            if !matches!(flight, InFlight::Done) {
+                *flight = InFlight::Done;
+                self.runs[k] = Some(Run {
+                    status: RunStatus::Cancelled,
+                    reply: None,
+                    elapsed: self.started.elapsed(),
+                });
+            }
+        }
+        self.pending = 0;
+    }
+
+    /// The runs in `matched` order (dropping the flights closes the reply slots of the hooks
+    /// that did not answer).
+    fn into_runs(self) -> Vec<Run> {
+        drop(self.flights);
+        self.runs
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or(Run {
+                    status: RunStatus::ReplyDropped,
+                    reply: None,
+                    elapsed: Duration::ZERO,
+                })
+            })
+            .collect()
     }
 }
 
