@@ -17,9 +17,11 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use std::sync::Arc;
+
 use hookbus::benchmark::{
-    in_task, pairs_per_second, runtime, time_events, time_pairs, trivial_hooks, BenchHook,
-    RuntimeKind, Subject,
+    direct_call, direct_hooks, in_task, noop_pipeline, pairs_per_second, runtime, time_events,
+    time_pairs, trivial_hooks, BenchHook, Noop, RuntimeKind, Subject,
 };
 use hookbus::claude::{ClaudeSettings, CompatOptions};
 use hookbus::{Bus, BusSessionConfig};
@@ -174,8 +176,81 @@ fn command_hook(c: &mut Criterion) {
     group.finish();
 }
 
+/// `sessions_10000_active`: time per pair with 10,000 sessions dispatching at once.
+fn sessions_10000_active(c: &mut Criterion) {
+    let rt = runtime(RuntimeKind::MultiThread);
+    let mut group = c.benchmark_group("sessions_10000_active");
+    group.sample_size(10);
+    let subjects = rt.block_on(async {
+        let bus = Bus::new();
+        for hook in trivial_hooks(4, false) {
+            bus.register(hook).await.expect("register");
+        }
+        let mut v = Vec::with_capacity(10_000);
+        for _ in 0..10_000 {
+            v.push(Subject::Hookbus(
+                bus.open_session(BusSessionConfig::new())
+                    .await
+                    .expect("session"),
+            ));
+        }
+        v
+    });
+    group.bench_function("hookbus", |b| {
+        b.iter_custom(|iters| {
+            let window = Duration::from_millis(200).max(Duration::from_micros(iters));
+            let rate = rt.block_on(pairs_per_second(subjects.clone(), window));
+            Duration::from_secs_f64(iters as f64 / rate)
+        })
+    });
+    group.finish();
+}
+
+/// `pipeline_noop_tool`: one no-op tool call through the whole pipeline, next to the hooks and
+/// the tool called directly.
+fn pipeline_noop_tool(c: &mut Criterion) {
+    let rt = runtime(RuntimeKind::CurrentThread);
+    let mut group = c.benchmark_group("pipeline_noop_tool");
+    let pipeline = rt.block_on(async {
+        let bus = Bus::new();
+        for hook in trivial_hooks(4, false) {
+            bus.register(hook).await.expect("register");
+        }
+        Arc::new(noop_pipeline(&bus).await.expect("a pipeline"))
+    });
+    group.bench_function("hookbus", |b| {
+        b.iter_custom(|iters| {
+            let pipeline = pipeline.clone();
+            in_task(&rt, async move {
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    let call = hookbus::ToolCall::new("t1", "noop", json!({}));
+                    let _ = pipeline.execute(call).await;
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("direct", |b| {
+        b.iter_custom(|iters| {
+            in_task(&rt, async move {
+                let hooks = direct_hooks(4);
+                let tool: Arc<dyn hookbus::Tool> = Arc::new(Noop);
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    direct_call(&hooks, &tool).await;
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    sessions_10000_active,
+    pipeline_noop_tool,
     pair_n_hooks,
     slow_4x10ms,
     throughput,

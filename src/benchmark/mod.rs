@@ -275,6 +275,9 @@ pub struct BenchResult {
     pub target: String,
     /// Whether the target is met.
     pub pass: bool,
+    /// Further figures of the line (e.g. `p50_ns`, `p99_ns`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub extra: std::collections::BTreeMap<String, f64>,
 }
 
 /// How long to measure.
@@ -451,4 +454,6 @@ pub fn resident_bytes() -> u64 {
 }
 
 mod run;
-pub use run::{pair_figures, run, PairFigures};
+mod scale;
+pub use run::{pair_figures, run, run_only, steps, PairFigures};
+pub use scale::{direct_call, direct_hooks, noop_pipeline, Noop};

@@ -15,7 +15,7 @@ const KINDS: [&str; 3] = ["direct", "join_all", "actor_baseline"];
 /// Baseline figures of one scenario, in [`KINDS`] order.
 type Baselines = [Option<f64>; 3];
 
-fn line(
+pub(super) fn line(
     scenario: impl Into<String>,
     runtime: Option<RuntimeKind>,
     unit: Unit,
@@ -34,6 +34,7 @@ fn line(
         actor_baseline: base[2],
         target,
         pass,
+        extra: Default::default(),
     }
 }
 
@@ -104,24 +105,71 @@ fn ratio(a: f64, b: Option<f64>) -> f64 {
 }
 
 /// Every scenario, in order; `progress` gets each scenario's name as it starts.
-pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Vec<BenchResult> {
+pub fn run(config: &BenchConfig, progress: impl FnMut(&str)) -> Vec<BenchResult> {
+    run_only(config, None, progress)
+}
+
+/// A group of scenarios: its name, how many progress steps it reports, and how it runs.
+type Group = (
+    &'static str,
+    u64,
+    fn(&BenchConfig, &mut dyn FnMut(&str)) -> Vec<BenchResult>,
+);
+
+/// Every group, in the order of the report.
+const GROUPS: &[Group] = &[
+    ("pair_multi_thread", 4, |c, p| {
+        pair_scenarios(c, RuntimeKind::MultiThread, p)
+    }),
+    ("pair_current_thread", 4, |c, p| {
+        pair_scenarios(c, RuntimeKind::CurrentThread, p)
+    }),
+    ("pair_4_hooks_external_caller", 1, |c, _| {
+        vec![external_caller(c)]
+    }),
+    ("slow_4x10ms", 1, |c, _| vec![slow(c)]),
+    ("throughput", 3, |c, p| throughput_scenarios(c, p)),
+    ("sessions_10000_active", 1, |c, _| {
+        vec![super::scale::many_sessions(c, 10_000)]
+    }),
+    ("pipeline_noop_tool", 1, |c, _| {
+        vec![super::scale::pipeline_noop_tool(c)]
+    }),
+    ("filter_100_registered", 1, |c, _| vec![filter(c)]),
+    ("idle_session_bytes", 1, |c, _| vec![idle(c)]),
+    ("agent_session_bytes", 1, |c, _| {
+        vec![super::scale::agent_session_bytes(c)]
+    }),
+    ("command_hook", 1, |c, _| vec![command(c)]),
+    ("audit_durable_intents_per_s", 1, |c, _| vec![audit(c)]),
+];
+
+/// The groups whose name contains `only` (every group when `None`).
+fn selected(only: Option<&str>) -> impl Iterator<Item = &'static Group> + '_ {
+    GROUPS
+        .iter()
+        .filter(move |(name, _, _)| only.is_none_or(|o| name.contains(o)))
+}
+
+/// How many progress steps [`run_only`] reports for `only`.
+pub fn steps(only: Option<&str>) -> u64 {
+    selected(only).map(|(_, steps, _)| steps).sum()
+}
+
+/// The scenarios of the groups whose name contains `only` (e.g. `pair`, `throughput`,
+/// `sessions`), in report order.
+pub fn run_only(
+    config: &BenchConfig,
+    only: Option<&str>,
+    mut progress: impl FnMut(&str),
+) -> Vec<BenchResult> {
     let mut out = Vec::new();
-    for kind in [RuntimeKind::MultiThread, RuntimeKind::CurrentThread] {
-        out.extend(pair_scenarios(config, kind, &mut progress));
+    for (name, steps, group) in selected(only) {
+        if *steps == 1 {
+            progress(name);
+        }
+        out.extend(group(config, &mut progress));
     }
-    progress("pair_4_hooks_external_caller");
-    out.push(external_caller(config));
-    progress("slow_4x10ms");
-    out.push(slow(config));
-    out.extend(throughput_scenarios(config, &mut progress));
-    progress("filter_100_registered");
-    out.push(filter(config));
-    progress("idle_session_bytes");
-    out.push(idle(config));
-    progress("command_hook");
-    out.push(command(config));
-    progress("audit_durable_intents_per_s");
-    out.push(audit(config));
     out
 }
 
@@ -129,7 +177,7 @@ pub fn run(config: &BenchConfig, mut progress: impl FnMut(&str)) -> Vec<BenchRes
 fn pair_scenarios(
     config: &BenchConfig,
     kind: RuntimeKind,
-    progress: &mut impl FnMut(&str),
+    progress: &mut dyn FnMut(&str),
 ) -> Vec<BenchResult> {
     let mut out = Vec::new();
     let mut figure = |n: usize, inline: bool| {
@@ -193,7 +241,7 @@ fn pair_scenarios(
 }
 
 /// `throughput_{8,64}_sessions` (and 8 with inline hooks) against one shared actor fan-out.
-fn throughput_scenarios(config: &BenchConfig, progress: &mut impl FnMut(&str)) -> Vec<BenchResult> {
+fn throughput_scenarios(config: &BenchConfig, progress: &mut dyn FnMut(&str)) -> Vec<BenchResult> {
     let mut out = Vec::new();
     let mt = Some(RuntimeKind::MultiThread);
     progress("throughput_8_sessions");

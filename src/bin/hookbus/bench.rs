@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use hookbus::benchmark::{run, BenchConfig, BenchResult, RuntimeKind, Unit};
+use hookbus::benchmark::{run_only, steps, BenchConfig, BenchResult, RuntimeKind, Unit};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Options of `hookbus bench`.
@@ -15,10 +15,11 @@ pub struct BenchArgs {
     /// `text` (a table) or `json` (one object with every result).
     #[arg(long, value_parser = ["text", "json"], default_value = "text")]
     format: String,
+    /// Only the scenario groups whose name contains this (`pair`, `throughput`, `sessions`,
+    /// `pipeline`, `idle`, ...).
+    #[arg(long)]
+    only: Option<String>,
 }
-
-/// Scenarios `run` reports, for the progress bar.
-const STEPS: u64 = 16;
 
 /// Runs the benchmarks. Blocking: it builds its own runtimes.
 pub fn run_bench(args: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -27,13 +28,14 @@ pub fn run_bench(args: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>
     } else {
         BenchConfig::full()
     };
-    let bar = ProgressBar::new(STEPS);
+    let only = args.only.as_deref();
+    let bar = ProgressBar::new(steps(only));
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut first = true;
-    let results = run(&config, |step| {
+    let results = run_only(&config, only, |step| {
         if !first {
             bar.inc(1);
         }
