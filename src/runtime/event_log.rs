@@ -47,6 +47,16 @@ pub(crate) struct LogBounds {
     pub buffer: usize,
 }
 
+impl LogBounds {
+    /// The slots of a reader's live buffer.
+    fn buffer(&self) -> usize {
+        match self.buffer {
+            0 => DEFAULT_STREAM_BUFFER,
+            n => n,
+        }
+    }
+}
+
 /// What a session's kept history holds and has dropped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryStats {
@@ -74,14 +84,32 @@ pub struct HookRuns {
     pub runs: Vec<HookRun>,
 }
 
-/// The readers of hook-run records: created at the first subscription, so that a session
-/// nobody watches this way pays for no channel.
+/// A live broadcast, made when its first reader subscribes: a broadcast channel allocates its
+/// whole buffer up front, which a session nobody reads should not pay for.
 #[derive(Debug)]
-enum RunsLive {
+enum Live<T> {
     NotYet,
-    Open(broadcast::Sender<Arc<HookRuns>>),
+    Open(broadcast::Sender<Arc<T>>),
     Closed,
 }
+
+impl<T> Live<T> {
+    /// A receiver, opening the channel with `buffer` slots if nobody subscribed yet; `None`
+    /// once closed.
+    fn subscribe(&mut self, buffer: usize) -> Option<broadcast::Receiver<Arc<T>>> {
+        match self {
+            Live::Open(tx) => Some(tx.subscribe()),
+            Live::Closed => None,
+            Live::NotYet => {
+                let (tx, rx) = broadcast::channel(buffer);
+                *self = Live::Open(tx);
+                Some(rx)
+            }
+        }
+    }
+}
+
+type RunsLive = Live<HookRuns>;
 
 /// The envelopes of one session, fanned out to its readers.
 #[derive(Debug)]
@@ -94,8 +122,8 @@ struct LogInner {
     bounds: LogBounds,
     history: VecDeque<(Arc<Envelope>, usize)>,
     stats: HistoryStats,
-    /// `None` once the session ended: readers then end after what they hold.
-    live: Option<broadcast::Sender<Arc<Envelope>>>,
+    /// Closed once the session ended: readers then end after what they hold.
+    live: Live<Envelope>,
     /// Hook-run records kept for late readers: at most `history` of them, none older than the
     /// oldest kept envelope.
     runs_history: VecDeque<Arc<HookRuns>>,
@@ -111,18 +139,12 @@ impl Default for EventLog {
 impl EventLog {
     /// A log with these bounds.
     pub fn new(bounds: LogBounds) -> Self {
-        let buffer = if bounds.buffer == 0 {
-            DEFAULT_STREAM_BUFFER
-        } else {
-            bounds.buffer
-        };
-        let (live, _) = broadcast::channel(buffer);
         Self {
             inner: Mutex::new(LogInner {
                 bounds,
                 history: VecDeque::new(),
                 stats: HistoryStats::default(),
-                live: Some(live),
+                live: Live::NotYet,
                 runs_history: VecDeque::new(),
                 runs_live: RunsLive::NotYet,
             }),
@@ -132,9 +154,14 @@ impl EventLog {
     /// Appends an envelope and hands it to every reader.
     pub fn push(&self, env: &Arc<Envelope>) {
         let mut inner = self.inner.lock();
-        let Some(live) = &inner.live else { return };
-        // No reader: nothing is held (a send to no receiver keeps nothing).
-        let _ = live.send(env.clone());
+        match &inner.live {
+            Live::Closed => return,
+            Live::NotYet => {}
+            // A send to no receiver keeps nothing.
+            Live::Open(live) => {
+                let _ = live.send(env.clone());
+            }
+        }
         if inner.bounds.history == 0 {
             return;
         }
@@ -175,7 +202,7 @@ impl EventLog {
     pub fn push_runs(&self, runs: HookRuns) {
         let runs = Arc::new(runs);
         let mut inner = self.inner.lock();
-        if inner.live.is_none() {
+        if matches!(inner.live, Live::Closed) {
             return;
         }
         if let RunsLive::Open(tx) = &inner.runs_live {
@@ -190,7 +217,7 @@ impl EventLog {
     /// Ends every stream after the envelopes already in it.
     pub fn close(&self) {
         let mut inner = self.inner.lock();
-        inner.live = None;
+        inner.live = Live::Closed;
         inner.runs_live = RunsLive::Closed;
     }
 
@@ -204,19 +231,8 @@ impl EventLog {
     pub fn subscribe_runs(&self) -> HookRunStream {
         let mut inner = self.inner.lock();
         let history: Vec<Arc<HookRuns>> = inner.runs_history.iter().cloned().collect();
-        let buffer = match inner.bounds.buffer {
-            0 => DEFAULT_STREAM_BUFFER,
-            n => n,
-        };
-        let live = match &inner.runs_live {
-            RunsLive::Open(tx) => Some(tx.subscribe()),
-            RunsLive::Closed => None,
-            RunsLive::NotYet => {
-                let (tx, rx) = broadcast::channel(buffer);
-                inner.runs_live = RunsLive::Open(tx);
-                Some(rx)
-            }
-        };
+        let buffer = inner.bounds.buffer();
+        let live = inner.runs_live.subscribe(buffer);
         HookRunStream {
             inner: Replay::new(history, live),
         }
@@ -224,10 +240,11 @@ impl EventLog {
 
     /// A stream of the kept history, then every later envelope, ending when the session ends.
     pub fn subscribe(&self) -> EventStream {
-        let inner = self.inner.lock();
+        let mut inner = self.inner.lock();
         // Under the lock: no envelope can be pushed between the history and the live stream.
         let history: Vec<Arc<Envelope>> = inner.history.iter().map(|(e, _)| e.clone()).collect();
-        let live = inner.live.as_ref().map(broadcast::Sender::subscribe);
+        let buffer = inner.bounds.buffer();
+        let live = inner.live.subscribe(buffer);
         EventStream {
             inner: Replay::new(history, live),
         }

@@ -51,7 +51,7 @@ impl Actor for SessionActor {
             let msg = self.rx.recv().await;
             // Boxed per message: an idle session then holds only its mailbox and dispatcher,
             // not the room a dispatch in progress needs (issue: idle_session_bytes).
-            if serve(&mut self.dispatcher, msg).await {
+            if Box::pin(serve(&mut self.dispatcher, msg)).await {
                 return;
             }
         }
