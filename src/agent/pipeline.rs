@@ -488,6 +488,18 @@ struct CallCx<'a> {
     reminders: Vec<String>,
 }
 
+/// How the wait for the approver ended.
+enum Waited {
+    /// It answered in time.
+    Answered(Approval),
+    /// The turn was cancelled first.
+    Cancelled,
+    /// It panicked, with this message.
+    Panicked(String),
+    /// It did not answer within the approval timeout.
+    TimedOut,
+}
+
 impl CallCx<'_> {
     async fn dispatch(&self, event: Event) -> Result<Outcome, Error> {
         let outcome = self
@@ -528,6 +540,8 @@ impl CallCx<'_> {
             .await
     }
 
+    /// Step 5, still an Ask: the approver answers within the timeout; no approver, a
+    /// cancelled turn, a panic or no answer in time deny.
     async fn ask_approver(&self, input: &Value, verdict: Verdict) -> Result<Verdict, Error> {
         let p = self.pipeline;
         if !p.approver.present() {
@@ -538,12 +552,48 @@ impl CallCx<'_> {
                 ..verdict
             });
         }
+        self.notify_permission_prompt().await?;
+        Ok(match self.wait_for_approver(input, &verdict).await {
+            Waited::Answered(approval) => self.apply_approval(input, approval, verdict).await,
+            Waited::Cancelled => Verdict {
+                decision: PermissionDecision::Deny,
+                source: Some(DenialSource::Cancelled),
+                explain: "the turn was cancelled while the approver was asked".into(),
+                ..verdict
+            },
+            Waited::Panicked(why) => Verdict {
+                decision: PermissionDecision::Deny,
+                source: Some(DenialSource::Error),
+                explain: format!("the approver failed: {why}"),
+                ..verdict
+            },
+            Waited::TimedOut => Verdict {
+                decision: PermissionDecision::Deny,
+                source: Some(DenialSource::Timeout),
+                explain: format!(
+                    "no answer from the approver within {} ms",
+                    p.approval_timeout.as_millis()
+                ),
+                ..verdict
+            },
+        })
+    }
+
+    /// The `Notification` (`permission_prompt`) that tells the user an answer is needed.
+    async fn notify_permission_prompt(&self) -> Result<(), Error> {
         self.dispatch(Event::Notification(Notification {
             message: format!("hookbus needs your permission to use {}", self.call.name),
             title: Some("Permission needed".into()),
             notification_type: "permission_prompt".into(),
         }))
-        .await?;
+        .await
+        .map(drop)
+    }
+
+    /// Asks the approver about `input`, racing the turn's cancellation and the approval
+    /// timeout; a panicking approver is reported and fails this call only (fail-closed).
+    async fn wait_for_approver(&self, input: &Value, verdict: &Verdict) -> Waited {
+        let p = self.pipeline;
         let request = ApprovalRequest {
             id: 0,
             session_id: p.session.id().to_owned(),
@@ -560,17 +610,10 @@ impl CallCx<'_> {
         .catch_unwind();
         let answer = tokio::select! {
             biased;
-            _ = p.cancel.cancelled() => {
-                return Ok(Verdict {
-                    decision: PermissionDecision::Deny,
-                    source: Some(DenialSource::Cancelled),
-                    explain: "the turn was cancelled while the approver was asked".into(),
-                    ..verdict
-                });
-            }
+            _ = p.cancel.cancelled() => return Waited::Cancelled,
             answer = tokio::time::timeout(p.approval_timeout, asking) => answer,
         };
-        let answer = match answer {
+        match answer {
             Ok(Err(panic)) => {
                 let why = panic_message(panic.as_ref());
                 tracing::error!(session = p.session.id(), tool = %self.call.name, "the approver panicked: {why}");
@@ -578,43 +621,24 @@ impl CallCx<'_> {
                     .core
                     .supervisor
                     .report_call(ActorKind::Permission, "approver", &why);
-                return Ok(Verdict {
-                    decision: PermissionDecision::Deny,
-                    source: Some(DenialSource::Error),
-                    explain: format!("the approver failed: {why}"),
-                    ..verdict
-                });
+                Waited::Panicked(why)
             }
-            Ok(Ok(approval)) => Ok(approval),
-            Err(elapsed) => Err(elapsed),
-        };
-        Ok(match answer {
-            Err(_) => Verdict {
-                decision: PermissionDecision::Deny,
-                source: Some(DenialSource::Timeout),
-                explain: format!(
-                    "no answer from the approver within {} ms",
-                    p.approval_timeout.as_millis()
-                ),
-                ..verdict
-            },
-            Ok(Approval::AllowOnce) => Verdict {
+            Ok(Ok(approval)) => Waited::Answered(approval),
+            Err(_elapsed) => Waited::TimedOut,
+        }
+    }
+
+    /// The verdict the approver's answer gives; "allow always" first remembers exactly this
+    /// call as a session allow rule (SEC-7).
+    async fn apply_approval(&self, input: &Value, approval: Approval, verdict: Verdict) -> Verdict {
+        match approval {
+            Approval::AllowOnce => Verdict {
                 decision: PermissionDecision::Allow,
                 explain: format!("{} → allowed once by the user", verdict.explain),
                 ..verdict
             },
-            Ok(Approval::AllowAlways) => {
-                // SEC-7: exactly what was approved, never more.
-                let _ = p
-                    .permissions
-                    .add_session_rules(
-                        p.session.id(),
-                        RuleSet {
-                            allow: vec![Rule::exact(&self.call.name, input)],
-                            ..RuleSet::default()
-                        },
-                    )
-                    .await;
+            Approval::AllowAlways => {
+                self.remember_approval(input).await;
                 Verdict {
                     decision: PermissionDecision::Allow,
                     explain: format!(
@@ -624,13 +648,28 @@ impl CallCx<'_> {
                     ..verdict
                 }
             }
-            Ok(Approval::Deny { reason }) => Verdict {
+            Approval::Deny { reason } => Verdict {
                 decision: PermissionDecision::Deny,
                 source: Some(DenialSource::User),
                 explain: reason.unwrap_or_else(|| "the user said no".into()),
                 ..verdict
             },
-        })
+        }
+    }
+
+    /// SEC-7: adds exactly what was approved, never more, to the session's allow rules.
+    async fn remember_approval(&self, input: &Value) {
+        let p = self.pipeline;
+        let _ = p
+            .permissions
+            .add_session_rules(
+                p.session.id(),
+                RuleSet {
+                    allow: vec![Rule::exact(&self.call.name, input)],
+                    ..RuleSet::default()
+                },
+            )
+            .await;
     }
 
     /// A denied call: `PermissionDenied` with its source, and the model's error result.

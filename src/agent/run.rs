@@ -1,6 +1,7 @@
 //! The session loop actor (LOOP-1 … LOOP-7): model call → tool calls → results → next model
 //! call, firing each lifecycle event at its moment.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use super::turn::{TerminalReason, TurnMetrics, TurnResult};
 use super::{AgentInner, LoopMsg, LoopShared};
 use crate::agent::dedup::ContextDeduplicator;
 use crate::agent::pipeline::{reminders_of, system_reminder, CallResult, CallStatus, Pipeline};
-use crate::agent::provider::{Message, ModelRequest, ProviderError, Role, ToolSpec};
+use crate::agent::provider::{Message, ModelRequest, ModelResponse, ProviderError, Role, ToolSpec};
 use crate::agent::tool::{Tool, ToolCall};
 use crate::model::error::Error;
 use crate::model::error::{ActorFailure, ActorKind};
@@ -214,9 +215,42 @@ impl SessionLoop {
         ))
     }
 
+    /// The turn: `UserPromptSubmit`, then model steps until one ends it.
     async fn turn_body(&mut self, prompt: String, t: &mut TurnState) -> Result<End, Error> {
+        if let ControlFlow::Break(end) = self.submit_prompt(prompt, t).await? {
+            return Ok(end);
+        }
+        loop {
+            if let ControlFlow::Break(end) = self.before_step(t).await? {
+                return Ok(end);
+            }
+            self.begin_step(t);
+            let response = match self.call_model(&t.cancel).await {
+                Ok(response) => response,
+                Err(_) if t.cancel.is_cancelled() => return self.interrupted().await,
+                Err(e) => return self.model_failed(e).await,
+            };
+            let (text, calls) = self.record_response(t, response);
+            let next = if calls.is_empty() {
+                self.answered(t, text).await?
+            } else {
+                self.run_step_calls(t, &calls).await?
+            };
+            if let ControlFlow::Break(end) = next {
+                return Ok(end);
+            }
+        }
+    }
+
+    /// `UserPromptSubmit`: a block or a hook's `stop` ends the turn; else the prompt joins the
+    /// history and the hooks' contexts become reminders.
+    async fn submit_prompt(
+        &mut self,
+        prompt: String,
+        t: &mut TurnState,
+    ) -> Result<ControlFlow<End>, Error> {
         if t.cancel.is_cancelled() {
-            return self.interrupted().await;
+            return self.interrupted().await.map(ControlFlow::Break);
         }
         let submitted = self
             .dispatch(Event::UserPromptSubmit(UserPromptSubmit {
@@ -224,122 +258,169 @@ impl SessionLoop {
             }))
             .await?;
         if submitted.is_blocked() {
-            return Ok(End::new(TerminalReason::Blocked, submitted.reason_text()));
+            let end = End::new(TerminalReason::Blocked, submitted.reason_text());
+            return Ok(ControlFlow::Break(end));
         }
         self.push(t, Message::user(prompt));
         self.reminders.extend(reminders_of(&submitted));
         if let Some(stop) = submitted.stop {
-            return Ok(End::new(TerminalReason::Blocked, stop.value));
+            return Ok(ControlFlow::Break(End::new(
+                TerminalReason::Blocked,
+                stop.value,
+            )));
         }
-        let limits = self.agent.limits.clone();
-        loop {
-            if t.cancel.is_cancelled() {
-                return self.interrupted().await;
-            }
-            if self.step >= limits.max_steps {
-                return Ok(End::new(
-                    TerminalReason::MaxSteps,
-                    format!("the turn reached max_steps ({})", limits.max_steps),
-                ));
-            }
-            if compact::estimate(&self.messages) > limits.token_limit {
-                self.compact(CompactTrigger::Auto, None, &mut t.metrics)
-                    .await?;
-            }
-            self.step += 1;
-            self.shared.step.store(self.step, Ordering::Relaxed);
-            let reminders = ContextDeduplicator::unique(std::mem::take(&mut self.reminders));
-            if let Some(reminder) = system_reminder(&reminders) {
-                self.push(t, Message::user(reminder));
-            }
-            let request = ModelRequest {
-                session_id: &self.shared.id,
-                agent_type: self.shared.lineage.agent_type.as_deref(),
-                messages: &self.messages,
-                tools: &self.specs,
-            };
-            let answer = tokio::select! {
-                biased;
-                _ = t.cancel.cancelled() => Err(ProviderError::Cancelled),
-                answer = AssertUnwindSafe(crate::sys::panics::Contained::new(self.shared.provider.complete(request, &t.cancel))).catch_unwind() => {
-                    answer.unwrap_or_else(|panic| {
-                        let message = panic_message(panic.as_ref());
-                        self.shared.session.core.supervisor.report_call(ActorKind::AgentLoop, "provider", &message);
-                        Err(ProviderError::Other(format!("the provider panicked: {message}")))
-                    })
-                }
-            };
-            let response = match answer {
-                Ok(response) => response,
-                Err(_) if t.cancel.is_cancelled() => return self.interrupted().await,
-                Err(e) => {
-                    self.dispatch(Event::StopFailure(StopFailure {
-                        error: e.kind().to_owned(),
-                        error_details: Some(e.to_string()),
-                    }))
-                    .await?;
-                    return Ok(End::new(TerminalReason::Error, e.to_string()));
-                }
-            };
-            t.metrics.steps += 1;
-            t.metrics.input_tokens += response.usage.input_tokens;
-            t.metrics.output_tokens += response.usage.output_tokens;
-            t.text.clone_from(&response.text);
-            let calls = response.tool_calls;
-            self.push(t, Message::assistant(response.text.clone(), calls.clone()));
+        Ok(ControlFlow::Continue(()))
+    }
 
-            if calls.is_empty() {
-                self.step_complete().await?;
-                if t.cancel.is_cancelled() {
-                    return self.interrupted().await;
-                }
-                let stop = self
-                    .dispatch(Event::Stop(Stop {
-                        stop_hook_active: t.metrics.stop_continuations > 0,
-                        last_assistant_message: Some(response.text),
-                    }))
-                    .await?;
-                self.reminders.extend(reminders_of(&stop));
-                if let Some(s) = stop.stop {
-                    return Ok(End::new(TerminalReason::Blocked, s.value));
-                }
-                if stop.is_blocked() {
-                    if t.metrics.stop_continuations < limits.stop_continuations {
-                        t.metrics.stop_continuations += 1;
-                        self.push(t, Message::user(stop.reason_text()));
-                        continue;
-                    }
-                    tracing::warn!(
-                        session = %self.shared.id,
-                        cap = limits.stop_continuations,
-                        "Stop hooks kept blocking; the turn ends at the continuation cap"
-                    );
-                }
-                return Ok(End::new(TerminalReason::Completed, None));
-            }
+    /// Before each model call: a cancelled turn or `max_steps` ends it; a history over the
+    /// token limit is compacted (LOOP-4).
+    async fn before_step(&mut self, t: &mut TurnState) -> Result<ControlFlow<End>, Error> {
+        if t.cancel.is_cancelled() {
+            return self.interrupted().await.map(ControlFlow::Break);
+        }
+        let max_steps = self.agent.limits.max_steps;
+        if self.step >= max_steps {
+            return Ok(ControlFlow::Break(End::new(
+                TerminalReason::MaxSteps,
+                format!("the turn reached max_steps ({max_steps})"),
+            )));
+        }
+        if compact::estimate(&self.messages) > self.agent.limits.token_limit {
+            self.compact(CompactTrigger::Auto, None, &mut t.metrics)
+                .await?;
+        }
+        Ok(ControlFlow::Continue(()))
+    }
 
-            t.metrics.tool_calls += calls.len() as u32;
-            let pipeline = self.pipeline.clone().cancellation(t.cancel.clone());
-            let results = self.run_calls(&pipeline, &calls).await?;
-            let mut hook_stop = None;
-            for mut r in results {
-                self.cap_output(&mut r, &mut t.output_bytes);
-                count(&mut t.metrics, &r);
-                self.push(
-                    t,
-                    Message::tool_result(r.tool_use_id.clone(), r.content.clone(), r.is_error),
-                );
-                self.reminders.extend(r.reminders.iter().cloned());
-                if hook_stop.is_none() {
-                    hook_stop.clone_from(&r.stop);
-                }
-                t.calls.push(r);
-            }
-            self.step_complete().await?;
-            if let Some(reason) = hook_stop {
-                return Ok(End::new(TerminalReason::Blocked, reason));
+    /// Counts the step and puts the pending reminders, de-duplicated, before the model call.
+    fn begin_step(&mut self, t: &mut TurnState) {
+        self.step += 1;
+        self.shared.step.store(self.step, Ordering::Relaxed);
+        let reminders = ContextDeduplicator::unique(std::mem::take(&mut self.reminders));
+        if let Some(reminder) = system_reminder(&reminders) {
+            self.push(t, Message::user(reminder));
+        }
+    }
+
+    /// One model call on the history, racing the turn's cancellation; a panicking provider is
+    /// reported and becomes an error.
+    async fn call_model(&self, cancel: &CancellationToken) -> Result<ModelResponse, ProviderError> {
+        let request = ModelRequest {
+            session_id: &self.shared.id,
+            agent_type: self.shared.lineage.agent_type.as_deref(),
+            messages: &self.messages,
+            tools: &self.specs,
+        };
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(ProviderError::Cancelled),
+            answer = AssertUnwindSafe(crate::sys::panics::Contained::new(self.shared.provider.complete(request, cancel))).catch_unwind() => {
+                answer.unwrap_or_else(|panic| {
+                    let message = panic_message(panic.as_ref());
+                    self.shared.session.core.supervisor.report_call(ActorKind::AgentLoop, "provider", &message);
+                    Err(ProviderError::Other(format!("the provider panicked: {message}")))
+                })
             }
         }
+    }
+
+    /// A failed model call: `StopFailure`, and the turn ends with the error.
+    async fn model_failed(&self, e: ProviderError) -> Result<End, Error> {
+        self.dispatch(Event::StopFailure(StopFailure {
+            error: e.kind().to_owned(),
+            error_details: Some(e.to_string()),
+        }))
+        .await?;
+        Ok(End::new(TerminalReason::Error, e.to_string()))
+    }
+
+    /// Counts the response's usage and adds it to the history; gives back its text and calls.
+    fn record_response(
+        &mut self,
+        t: &mut TurnState,
+        response: ModelResponse,
+    ) -> (String, Vec<ToolCall>) {
+        t.metrics.steps += 1;
+        t.metrics.input_tokens += response.usage.input_tokens;
+        t.metrics.output_tokens += response.usage.output_tokens;
+        t.text.clone_from(&response.text);
+        let calls = response.tool_calls;
+        self.push(t, Message::assistant(response.text.clone(), calls.clone()));
+        (response.text, calls)
+    }
+
+    /// A response without tool calls: `Stop` hooks may make the turn go on (LOOP-3, up to the
+    /// continuation cap); else the turn is complete.
+    async fn answered(
+        &mut self,
+        t: &mut TurnState,
+        text: String,
+    ) -> Result<ControlFlow<End>, Error> {
+        self.step_complete().await?;
+        if t.cancel.is_cancelled() {
+            return self.interrupted().await.map(ControlFlow::Break);
+        }
+        let stop = self
+            .dispatch(Event::Stop(Stop {
+                stop_hook_active: t.metrics.stop_continuations > 0,
+                last_assistant_message: Some(text),
+            }))
+            .await?;
+        self.reminders.extend(reminders_of(&stop));
+        if let Some(s) = stop.stop {
+            return Ok(ControlFlow::Break(End::new(
+                TerminalReason::Blocked,
+                s.value,
+            )));
+        }
+        if stop.is_blocked() {
+            let cap = self.agent.limits.stop_continuations;
+            if t.metrics.stop_continuations < cap {
+                t.metrics.stop_continuations += 1;
+                self.push(t, Message::user(stop.reason_text()));
+                return Ok(ControlFlow::Continue(()));
+            }
+            tracing::warn!(
+                session = %self.shared.id,
+                cap,
+                "Stop hooks kept blocking; the turn ends at the continuation cap"
+            );
+        }
+        Ok(ControlFlow::Break(End::new(
+            TerminalReason::Completed,
+            None,
+        )))
+    }
+
+    /// A response with tool calls: runs them (LOOP-2), adds their results to the history in
+    /// call order; a hook's `stop` on any call ends the turn after the step.
+    async fn run_step_calls(
+        &mut self,
+        t: &mut TurnState,
+        calls: &[ToolCall],
+    ) -> Result<ControlFlow<End>, Error> {
+        t.metrics.tool_calls += calls.len() as u32;
+        let pipeline = self.pipeline.clone().cancellation(t.cancel.clone());
+        let results = self.run_calls(&pipeline, calls).await?;
+        let mut hook_stop = None;
+        for mut r in results {
+            self.cap_output(&mut r, &mut t.output_bytes);
+            count(&mut t.metrics, &r);
+            self.push(
+                t,
+                Message::tool_result(r.tool_use_id.clone(), r.content.clone(), r.is_error),
+            );
+            self.reminders.extend(r.reminders.iter().cloned());
+            if hook_stop.is_none() {
+                hook_stop.clone_from(&r.stop);
+            }
+            t.calls.push(r);
+        }
+        self.step_complete().await?;
+        Ok(match hook_stop {
+            Some(reason) => ControlFlow::Break(End::new(TerminalReason::Blocked, reason)),
+            None => ControlFlow::Continue(()),
+        })
     }
 
     /// Applies [`Limits::tool_output_bytes`](super::Limits) and `turn_tool_output_bytes` to a

@@ -1,15 +1,21 @@
 //! The `task` tool (LOOP-5): runs a subagent as a child session of the caller's session.
 
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
-use super::{next_agent_id, open, AgentInner, Lineage, SessionOptions, TerminalReason};
+use super::{
+    next_agent_id, open, AgentInner, AgentSession, Lineage, LoopShared, SessionOptions,
+    TerminalReason, TurnResult,
+};
 use crate::agent::pipeline::{reminders_of, system_reminder};
 use crate::agent::tool::{Tool, ToolCx, ToolError};
+use crate::model::error::Error;
 use crate::model::event::{Event, SubagentStart, SubagentStop};
+use crate::model::outcome::Outcome;
 use crate::permission::service::ToolKind;
 
 /// `task {prompt, subagent_type?, description?}`: starts a subagent — a child session with its
@@ -82,102 +88,158 @@ impl Tool for TaskTool {
             return Err(ToolError::new("subagents may not start subagents here"));
         }
         let agent_id = next_agent_id(&agent, &parent.id);
-        let at = || {
-            (
-                parent.turn.load(Ordering::Relaxed),
-                parent.step.load(Ordering::Relaxed),
-            )
+        let sub = Subagent {
+            agent,
+            parent,
+            agent_id,
+            agent_type,
+            depth,
         };
-        let (turn, step) = at();
-        let started = parent
+        let started = sub.start(&prompt).await?;
+        let child = sub.open_child().await?;
+        let first = match system_reminder(&reminders_of(&started)) {
+            Some(context) => format!("{context}\n{prompt}"),
+            None => prompt,
+        };
+        let result = sub.run(&child, first, &cx.cancel).await;
+        let _ = child.close().await;
+        tool_result(result?)
+    }
+}
+
+/// One subagent of a parent session: who it is, and where its events are fired.
+struct Subagent {
+    agent: Arc<AgentInner>,
+    parent: Arc<LoopShared>,
+    agent_id: String,
+    agent_type: String,
+    depth: u32,
+}
+
+impl Subagent {
+    /// The parent's current turn and step, for the events fired in the parent.
+    fn at(&self) -> (u32, u32) {
+        (
+            self.parent.turn.load(Ordering::Relaxed),
+            self.parent.step.load(Ordering::Relaxed),
+        )
+    }
+
+    /// `SubagentStart` in the parent, before the child starts; its contexts reach the child.
+    async fn start(&self, prompt: &str) -> Result<Outcome, ToolError> {
+        let (turn, step) = self.at();
+        self.parent
             .session
             .dispatch_at(
                 Event::SubagentStart(SubagentStart {
-                    agent_id: agent_id.clone(),
-                    agent_type: agent_type.clone(),
-                    prompt: Some(prompt.clone()),
+                    agent_id: self.agent_id.clone(),
+                    agent_type: self.agent_type.clone(),
+                    prompt: Some(prompt.to_owned()),
                 }),
                 turn,
                 step,
             )
             .await
-            .map_err(ToolError::new)?;
+            .map_err(ToolError::new)
+    }
+
+    /// Opens the child session: the parent's workspace, mode, sandbox and provider, and the
+    /// parent as its parent.
+    async fn open_child(&self) -> Result<AgentSession, ToolError> {
+        let parent = &self.parent;
         let mut options = SessionOptions::new(&parent.workspace);
         options.permission_mode = parent.mode;
         options.sandbox = parent.sandbox;
         options.provider = Some(parent.provider.clone());
-        let child = open(
-            &agent,
+        open(
+            &self.agent,
             options,
             Lineage {
                 parent: Some(parent.id.clone()),
-                agent_id: Some(agent_id.clone()),
-                agent_type: Some(agent_type.clone()),
-                depth,
+                agent_id: Some(self.agent_id.clone()),
+                agent_type: Some(self.agent_type.clone()),
+                depth: self.depth,
             },
         )
         .await
-        .map_err(ToolError::new)?;
-        let mut next = match system_reminder(&reminders_of(&started)) {
-            Some(context) => format!("{context}\n{prompt}"),
-            None => prompt,
-        };
+        .map_err(ToolError::new)
+    }
+
+    /// Runs the child's turns from `first`: a `SubagentStop` block on a completed turn makes
+    /// it go on with the reason as its prompt, up to the Stop continuation cap.
+    async fn run(
+        &self,
+        child: &AgentSession,
+        first: String,
+        cancel: &CancellationToken,
+    ) -> Result<TurnResult, ToolError> {
+        let mut next = first;
         let mut blocks = 0;
-        let result = loop {
-            let run = child.run_turn(next);
-            tokio::pin!(run);
-            let result = tokio::select! {
-                r = &mut run => r,
-                _ = cx.cancel.cancelled() => {
-                    child.cancel();
-                    run.await
-                }
-            };
-            let result = match result {
-                Ok(r) => r,
-                Err(e) => break Err(ToolError::new(e)),
-            };
-            let (turn, step) = at();
-            let stop = parent
-                .session
-                .dispatch_at(
-                    Event::SubagentStop(SubagentStop {
-                        agent_id: agent_id.clone(),
-                        agent_type: agent_type.clone(),
-                        stop_hook_active: blocks > 0,
-                        last_assistant_message: Some(result.text.clone()),
-                        is_error: result.reason == TerminalReason::Error,
-                    }),
-                    turn,
-                    step,
-                )
+        loop {
+            let result = child_turn(child, next, cancel)
                 .await
-                .map_err(ToolError::new);
-            match stop {
-                Ok(stop)
-                    if stop.is_blocked()
-                        && result.reason == TerminalReason::Completed
-                        && blocks < agent.limits.stop_continuations
-                        && !cx.cancel.is_cancelled() =>
-                {
-                    blocks += 1;
-                    next = stop.reason_text();
-                }
-                Ok(_) => break Ok(result),
-                Err(e) => break Err(e),
+                .map_err(ToolError::new)?;
+            let stop = self.stop(&result, blocks > 0).await?;
+            if stop.is_blocked()
+                && result.reason == TerminalReason::Completed
+                && blocks < self.agent.limits.stop_continuations
+                && !cancel.is_cancelled()
+            {
+                blocks += 1;
+                next = stop.reason_text();
+            } else {
+                return Ok(result);
             }
-        };
-        let _ = child.close().await;
-        let result = result?;
-        match result.reason {
-            TerminalReason::Completed | TerminalReason::MaxSteps => Ok(Value::String(result.text)),
-            TerminalReason::Cancelled => {
-                Err(ToolError::new("interrupted: the subagent was cancelled"))
-            }
-            reason => Err(ToolError::new(format!(
-                "the subagent ended ({reason}): {}",
-                result.detail.unwrap_or_default()
-            ))),
         }
+    }
+
+    /// `SubagentStop` in the parent when one of the child's turns ended.
+    async fn stop(&self, result: &TurnResult, active: bool) -> Result<Outcome, ToolError> {
+        let (turn, step) = self.at();
+        self.parent
+            .session
+            .dispatch_at(
+                Event::SubagentStop(SubagentStop {
+                    agent_id: self.agent_id.clone(),
+                    agent_type: self.agent_type.clone(),
+                    stop_hook_active: active,
+                    last_assistant_message: Some(result.text.clone()),
+                    is_error: result.reason == TerminalReason::Error,
+                }),
+                turn,
+                step,
+            )
+            .await
+            .map_err(ToolError::new)
+    }
+}
+
+/// One turn of the child; cancelling the parent's call cancels the child, whose turn then
+/// ends on its own.
+async fn child_turn(
+    child: &AgentSession,
+    prompt: String,
+    cancel: &CancellationToken,
+) -> Result<TurnResult, Error> {
+    let run = child.run_turn(prompt);
+    tokio::pin!(run);
+    tokio::select! {
+        r = &mut run => r,
+        _ = cancel.cancelled() => {
+            child.cancel();
+            run.await
+        }
+    }
+}
+
+/// The tool result of the child's last turn: its text, or an error saying how it ended.
+fn tool_result(result: TurnResult) -> Result<Value, ToolError> {
+    match result.reason {
+        TerminalReason::Completed | TerminalReason::MaxSteps => Ok(Value::String(result.text)),
+        TerminalReason::Cancelled => Err(ToolError::new("interrupted: the subagent was cancelled")),
+        reason => Err(ToolError::new(format!(
+            "the subagent ended ({reason}): {}",
+            result.detail.unwrap_or_default()
+        ))),
     }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::action::{
-    Action, GateAction, PermissionAction, PermissionDecision, Reply, ToolDecision,
+    Action, Extras, GateAction, PermissionAction, PermissionDecision, Reply, ToolDecision,
 };
 use crate::model::event::EventKind;
 use crate::model::hook::FailurePolicy;
@@ -233,14 +233,7 @@ pub(crate) fn reply_decision(kind: EventKind, action: &Action) -> (Decision, Opt
         Action::Permission(PermissionAction::AllowWithInput { reason, .. }) => {
             (Decision::Allow, reason.clone())
         }
-        Action::Gate(GateAction::Block { reason }) => (
-            if kind == EventKind::PermissionRequest {
-                Decision::Deny
-            } else {
-                Decision::Block
-            },
-            Some(reason.clone()),
-        ),
+        Action::Gate(GateAction::Block { reason }) => (block_decision(kind), Some(reason.clone())),
         Action::PostToolUse(a) => match &a.block_reason {
             Some(r) => (Decision::Block, Some(r.clone())),
             None => (Decision::Continue, None),
@@ -285,133 +278,201 @@ pub(crate) fn fold<'a>(
     seq: u64,
     answers: impl ExactSizeIterator<Item = Answered<'a>>,
 ) -> (Outcome, FoldStats) {
-    let mut stats = FoldStats::default();
-    let mut out = Outcome {
-        runs: Vec::with_capacity(answers.len()),
-        seq,
-        kind: Some(kind),
-        ..Outcome::default()
+    let mut folding = Folding {
+        kind,
+        stats: FoldStats::default(),
+        out: Outcome {
+            runs: Vec::with_capacity(answers.len()),
+            seq,
+            kind: Some(kind),
+            ..Outcome::default()
+        },
+        decided: Vec::new(),
+        seen_contexts: HashSet::new(),
     };
-    let mut decided: Vec<(Decision, Attributed<String>)> = Vec::new();
-    let mut seen_contexts: HashSet<String> = HashSet::new();
     for a in answers {
-        out.runs.push(HookRun {
+        folding.answer(a);
+    }
+    folding.finish()
+}
+
+/// The fold in progress: the outcome so far and what it has yet to settle.
+struct Folding {
+    kind: EventKind,
+    stats: FoldStats,
+    out: Outcome,
+    /// Every decision other than Continue, with its reason, in fold order.
+    decided: Vec<(Decision, Attributed<String>)>,
+    /// The context texts already kept.
+    seen_contexts: HashSet<String>,
+}
+
+impl Folding {
+    /// Folds in one hook's answer: its run, then its failure or its reply.
+    #[inline]
+    fn answer(&mut self, a: Answered<'_>) {
+        self.out.runs.push(HookRun {
             hook: a.hook.clone(),
             status: a.status.clone(),
             elapsed: a.elapsed,
             decision: Decision::Continue,
         });
         if a.status.is_failure() {
-            let what = format!("hook `{}` {}", a.hook, a.status.describe(a.timeout));
-            if a.policy == FailurePolicy::Closed && kind.fails_closed() {
-                stats.fail_closed += 1;
-                let d = if kind == EventKind::PermissionRequest {
-                    Decision::Deny
-                } else {
-                    Decision::Block
-                };
-                set_run_decision(&mut out.runs, d);
-                decided.push((
-                    d,
-                    Attributed {
-                        hook: a.hook.to_string(),
-                        value: format!("{what} (fail-closed)"),
-                    },
-                ));
-            }
-            out.warnings.push(Attributed {
-                hook: a.hook.to_string(),
-                value: what,
-            });
-            continue;
+            self.failure(&a);
+            return;
         }
-        let Some(reply) = a.reply else { continue };
+        let Some(reply) = a.reply else { return };
         let reply = *reply;
-        let attributed = |value: String| Attributed {
-            hook: a.hook.to_string(),
-            value,
-        };
-        for text in reply.extras.context {
-            if seen_contexts.insert(text.clone()) {
+        self.extras(a.hook, reply.extras);
+        self.action(a.hook, &reply.action);
+    }
+
+    /// A failed call: a warning, and under a fail-closed policy on an event that can fail
+    /// closed, a Block / Deny.
+    #[inline]
+    fn failure(&mut self, a: &Answered<'_>) {
+        let what = format!("hook `{}` {}", a.hook, a.status.describe(a.timeout));
+        if a.policy == FailurePolicy::Closed && self.kind.fails_closed() {
+            self.stats.fail_closed += 1;
+            let d = block_decision(self.kind);
+            set_run_decision(&mut self.out.runs, d);
+            self.decided
+                .push((d, attributed(a.hook, format!("{what} (fail-closed)"))));
+        }
+        self.out.warnings.push(attributed(a.hook, what));
+    }
+
+    /// The reply's common fields: contexts (de-duplicated by text), messages, warnings,
+    /// metadata and the first `stop`.
+    #[inline]
+    fn extras(&mut self, hook: &Arc<str>, extras: Extras) {
+        let out = &mut self.out;
+        for text in extras.context {
+            if self.seen_contexts.insert(text.clone()) {
                 out.contexts.push(TaggedContext {
-                    hook: a.hook.to_string(),
-                    event: kind,
+                    hook: hook.to_string(),
+                    event: self.kind,
                     text,
                 });
             }
         }
-        if let Some(m) = reply.extras.system_message {
-            out.system_messages.push(attributed(m));
+        if let Some(m) = extras.system_message {
+            out.system_messages.push(attributed(hook, m));
         }
-        for w in reply.extras.warnings {
-            out.warnings.push(attributed(w));
+        for w in extras.warnings {
+            out.warnings.push(attributed(hook, w));
         }
-        for (k, v) in reply.extras.metadata {
-            out.metadata.push(Attributed {
-                hook: a.hook.to_string(),
-                value: (k, v),
-            });
+        for (k, v) in extras.metadata {
+            out.metadata.push(attributed(hook, (k, v)));
         }
         if out.stop.is_none() {
-            if let Some(s) = reply.extras.stop {
-                out.stop = Some(attributed(s));
+            if let Some(s) = extras.stop {
+                out.stop = Some(attributed(hook, s));
             }
         }
-        if !reply.action.fits(kind) {
-            stats.ignored += 1;
-            out.warnings.push(attributed(format!(
-                "action {:?} does not fit {kind}; ignored",
-                action_name(&reply.action)
-            )));
-            continue;
+    }
+
+    /// The reply's action: ignored (with a warning) when it does not fit the event; else its
+    /// rewrites, and its decision (on Post events, feedback).
+    #[inline]
+    fn action(&mut self, hook: &Arc<str>, action: &Action) {
+        let kind = self.kind;
+        if !action.fits(kind) {
+            self.stats.ignored += 1;
+            self.out.warnings.push(attributed(
+                hook,
+                format!(
+                    "action {:?} does not fit {kind}; ignored",
+                    action_name(action)
+                ),
+            ));
+            return;
         }
-        match &reply.action {
+        self.rewrites(action);
+        let (d, reason) = reply_decision(kind, action);
+        set_run_decision(&mut self.out.runs, d);
+        if matches!(kind, EventKind::PostToolUse | EventKind::PostToolUseFailure) {
+            if let Some(r) = reason {
+                self.out.feedback.push(attributed(hook, r));
+            }
+            return;
+        }
+        if d != Decision::Continue {
+            self.decided
+                .push((d, attributed(hook, reason.unwrap_or_default())));
+        }
+    }
+
+    /// A rewritten input or output replaces the one before it in fold order.
+    #[inline]
+    fn rewrites(&mut self, action: &Action) {
+        match action {
             Action::PreToolUse(p) => {
                 if let Some(input) = &p.updated_input {
-                    out.updated_input = Some(input.clone());
+                    self.out.updated_input = Some(input.clone());
                 }
             }
             Action::PostToolUse(p) => {
                 if let Some(output) = &p.replace_output {
-                    out.updated_output = Some(output.clone());
+                    self.out.updated_output = Some(output.clone());
                 }
             }
             Action::Permission(PermissionAction::AllowWithInput { input, .. }) => {
-                out.updated_input = Some(input.clone());
+                self.out.updated_input = Some(input.clone());
             }
             _ => {}
         }
-        let (d, reason) = reply_decision(kind, &reply.action);
-        set_run_decision(&mut out.runs, d);
-        if matches!(kind, EventKind::PostToolUse | EventKind::PostToolUseFailure) {
-            if let Some(r) = reason {
-                out.feedback.push(attributed(r));
-            }
-            continue;
-        }
-        if d != Decision::Continue {
-            decided.push((d, attributed(reason.unwrap_or_default())));
-        }
     }
-    let winner = decided
-        .iter()
-        .map(|(d, _)| *d)
-        .max_by_key(|d| d.rank(kind))
-        .unwrap_or(Decision::Continue);
-    out.decision = if !out.feedback.is_empty() {
-        Decision::Block
+
+    /// The folded decision (the highest rank; any feedback blocks) and its reasons.
+    #[inline]
+    fn finish(self) -> (Outcome, FoldStats) {
+        let Folding {
+            kind,
+            stats,
+            mut out,
+            decided,
+            ..
+        } = self;
+        let winner = decided
+            .iter()
+            .map(|(d, _)| *d)
+            .max_by_key(|d| d.rank(kind))
+            .unwrap_or(Decision::Continue);
+        out.decision = if !out.feedback.is_empty() {
+            Decision::Block
+        } else {
+            winner
+        };
+        out.reasons = decided
+            .into_iter()
+            .filter(|(d, r)| d.rank(kind) == winner.rank(kind) && !r.value.is_empty())
+            .map(|(_, r)| r)
+            .collect();
+        if !out.feedback.is_empty() {
+            out.reasons = out.feedback.clone();
+        }
+        (out, stats)
+    }
+}
+
+/// A value attributed to `hook`.
+#[inline]
+fn attributed<T>(hook: &Arc<str>, value: T) -> Attributed<T> {
+    Attributed {
+        hook: hook.to_string(),
+        value,
+    }
+}
+
+/// What a block gives on `kind`: Deny on `PermissionRequest`, Block on any other event.
+#[inline]
+fn block_decision(kind: EventKind) -> Decision {
+    if kind == EventKind::PermissionRequest {
+        Decision::Deny
     } else {
-        winner
-    };
-    out.reasons = decided
-        .into_iter()
-        .filter(|(d, r)| d.rank(kind) == winner.rank(kind) && !r.value.is_empty())
-        .map(|(_, r)| r)
-        .collect();
-    if !out.feedback.is_empty() {
-        out.reasons = out.feedback.clone();
+        Decision::Block
     }
-    (out, stats)
 }
 
 /// Records the decision of the run just pushed.

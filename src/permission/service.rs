@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::action::PermissionDecision;
+use crate::model::action::PermissionDecision::{Allow, Ask, Deny};
 use crate::model::error::ActorKind;
 use crate::model::error::Error;
 use crate::model::event::DenialSource;
@@ -367,142 +368,33 @@ struct Evaluator {
 }
 
 impl Evaluator {
+    /// The verdict on `q`: the first precedence step (P0–P8) that decides.
     fn evaluate(&self, q: &PermissionQuery) -> Verdict {
-        use PermissionDecision::*;
         let session = self.sessions.get(&q.session_id);
-        let mode = session
-            .and_then(|s| s.mode)
-            .unwrap_or(self.config.default_mode);
-        let tool_rules = self.config.tools.get(&q.tool_name);
         let extra_paths = self
             .path_arguments
             .get(&q.tool_name)
             .map_or(&[][..], Vec::as_slice);
         // The command is parsed and the paths resolved once for every rule below.
         let subject = Subject::new(&q.tool_name, &q.input, q.cwd.as_deref(), extra_paths);
-        let any = |rules: &[Rule]| rules.iter().find(|r| r.matches_subject(&subject)).cloned();
-
-        if let Some(r) = any(&self.config.global.deny) {
-            return Verdict::new(
-                Deny,
-                Level::P0GlobalDeny,
-                Some(&r),
-                format!("P0 global deny rule `{r}`"),
-            );
-        }
-        if let Some(r) = tool_rules.and_then(|t| any(&t.deny)) {
-            return Verdict::new(
-                Deny,
-                Level::P1ToolDeny,
-                Some(&r),
-                format!("P1 tool deny rule `{r}`"),
-            );
-        }
-        if let Some(r) = session.and_then(|s| any(&s.rules.deny)) {
-            return Verdict::new(
-                Deny,
-                Level::P2SessionDeny,
-                Some(&r),
-                format!("P2 session deny rule `{r}`"),
-            );
-        }
-        if q.deny_rules_only {
-            return Verdict::new(
-                Allow,
-                Level::P8Implicit,
-                None,
-                "no deny rule matches".to_owned(),
-            );
-        }
-        if mode == PermissionMode::Plan && q.kind != ToolKind::ReadOnly {
-            return Verdict::new(
-                Deny,
-                Level::ModeDeny,
-                None,
-                format!(
-                    "mode plan allows only read-only tools; `{}` is not",
-                    q.tool_name
-                ),
-            );
-        }
-        let ask = |level: Level, rule: Option<&Rule>, explain: String| {
-            let v = Verdict::new(Ask, level, rule, explain);
-            mode_adjusts_ask(v, mode)
+        let e = Evaluation {
+            config: &self.config,
+            q,
+            session,
+            mode: session
+                .and_then(|s| s.mode)
+                .unwrap_or(self.config.default_mode),
+            tool_rules: self.config.tools.get(&q.tool_name),
+            subject: &subject,
         };
-        match &q.hook {
-            HookOpinion::Block(reason) => {
-                return Verdict::new(
-                    Deny,
-                    Level::P3HookBlock,
-                    None,
-                    format!("P3 hook block: {reason}"),
-                );
-            }
-            HookOpinion::Ask(reason) => {
-                return ask(Level::P4HookAsk, None, format!("P4 hook ask: {reason}"))
-            }
-            _ => {}
-        }
-        if let Some(r) = session.and_then(|s| any(&s.rules.ask)) {
-            return ask(
-                Level::P5SessionAsk,
-                Some(&r),
-                format!("P5 session ask rule `{r}`"),
-            );
-        }
-        if let Some(r) = tool_rules
-            .and_then(|t| any(&t.ask))
-            .or_else(|| any(&self.config.global.ask))
-        {
-            return ask(Level::P6ToolAsk, Some(&r), format!("P6 ask rule `{r}`"));
-        }
-        // Allow rules of every scope together: each simple command (each path) must be covered
-        // by one of them (SEC-5).
-        let allow_rules = session
-            .map_or(&[][..], |s| s.rules.allow.as_slice())
-            .iter()
-            .chain(tool_rules.map_or(&[][..], |t| t.allow.as_slice()))
-            .chain(&self.config.global.allow);
-        if let Some(used) = allowed_by(allow_rules, &subject) {
-            let names: Vec<&str> = used.iter().map(|r| r.as_str()).collect();
-            let mut v = Verdict::new(
-                Allow,
-                Level::P7Allow,
-                used.first().copied(),
-                format!("P7 allow rule `{}`", names.join("` + `")),
-            );
-            v.rule = Some(names.join(" + "));
-            return v;
-        }
-        if let HookOpinion::Allow(reason) = &q.hook {
-            return Verdict::new(
-                Allow,
-                Level::P7Allow,
-                None,
-                format!("P7 hook allow: {reason}"),
-            );
-        }
-        let implicit = match (mode, q.kind) {
-            (PermissionMode::BypassPermissions, _) => Allow,
-            (_, ToolKind::ReadOnly) => Allow,
-            (PermissionMode::AcceptEdits, ToolKind::Edit) => Allow,
-            _ => Ask,
-        };
-        let explain = format!(
-            "P8 implicit: mode {mode} {} {:?} tools",
-            if implicit == Allow {
-                "allows"
-            } else {
-                "asks for"
-            },
-            q.kind
-        );
-        let v = Verdict::new(implicit, Level::P8Implicit, None, explain);
-        if implicit == Ask {
-            mode_adjusts_ask(v, mode)
-        } else {
-            v
-        }
+        e.deny_rules()
+            .or_else(|| e.deny_rules_only())
+            .or_else(|| e.plan_mode())
+            .or_else(|| e.hook_block_or_ask())
+            .or_else(|| e.ask_rules())
+            .or_else(|| e.allow_rules())
+            .or_else(|| e.hook_allow())
+            .unwrap_or_else(|| e.implicit())
     }
 
     /// Absolute globs of the paths `Read` deny rules (global, `read_file`'s and the session's)
@@ -521,6 +413,174 @@ impl Evaluator {
         globs.sort();
         globs.dedup();
         globs
+    }
+}
+
+/// One query being evaluated: what every precedence step reads. Each step gives the verdict
+/// when it decides, `None` to leave it to the next.
+struct Evaluation<'a> {
+    config: &'a PermissionConfig,
+    q: &'a PermissionQuery,
+    session: Option<&'a SessionState>,
+    mode: PermissionMode,
+    tool_rules: Option<&'a RuleSet>,
+    subject: &'a Subject<'a>,
+}
+
+impl Evaluation<'_> {
+    /// The first of `rules` that matches the call.
+    fn first_match<'r>(&self, rules: &'r [Rule]) -> Option<&'r Rule> {
+        rules.iter().find(|r| r.matches_subject(self.subject))
+    }
+
+    /// P0–P2: a global, tool or session deny rule denies.
+    fn deny_rules(&self) -> Option<Verdict> {
+        if let Some(r) = self.first_match(&self.config.global.deny) {
+            return Some(Verdict::new(
+                Deny,
+                Level::P0GlobalDeny,
+                Some(r),
+                format!("P0 global deny rule `{r}`"),
+            ));
+        }
+        if let Some(r) = self.tool_rules.and_then(|t| self.first_match(&t.deny)) {
+            return Some(Verdict::new(
+                Deny,
+                Level::P1ToolDeny,
+                Some(r),
+                format!("P1 tool deny rule `{r}`"),
+            ));
+        }
+        let r = self.session.and_then(|s| self.first_match(&s.rules.deny))?;
+        Some(Verdict::new(
+            Deny,
+            Level::P2SessionDeny,
+            Some(r),
+            format!("P2 session deny rule `{r}`"),
+        ))
+    }
+
+    /// The early check on the original input asks only the deny rules: none matched.
+    fn deny_rules_only(&self) -> Option<Verdict> {
+        self.q.deny_rules_only.then(|| {
+            Verdict::new(
+                Allow,
+                Level::P8Implicit,
+                None,
+                "no deny rule matches".to_owned(),
+            )
+        })
+    }
+
+    /// Mode `plan` denies every tool that is not read-only.
+    fn plan_mode(&self) -> Option<Verdict> {
+        (self.mode == PermissionMode::Plan && self.q.kind != ToolKind::ReadOnly).then(|| {
+            Verdict::new(
+                Deny,
+                Level::ModeDeny,
+                None,
+                format!(
+                    "mode plan allows only read-only tools; `{}` is not",
+                    self.q.tool_name
+                ),
+            )
+        })
+    }
+
+    /// An Ask at `level`, as the mode adjusts it (`dontAsk`, `bypassPermissions`).
+    fn ask(&self, level: Level, rule: Option<&Rule>, explain: String) -> Verdict {
+        mode_adjusts_ask(Verdict::new(Ask, level, rule, explain), self.mode)
+    }
+
+    /// P3–P4: a hook's block denies; a hook's ask asks.
+    fn hook_block_or_ask(&self) -> Option<Verdict> {
+        match &self.q.hook {
+            HookOpinion::Block(reason) => Some(Verdict::new(
+                Deny,
+                Level::P3HookBlock,
+                None,
+                format!("P3 hook block: {reason}"),
+            )),
+            HookOpinion::Ask(reason) => {
+                Some(self.ask(Level::P4HookAsk, None, format!("P4 hook ask: {reason}")))
+            }
+            HookOpinion::None | HookOpinion::Allow(_) => None,
+        }
+    }
+
+    /// P5–P6: a session ask rule, then a tool or global ask rule, asks.
+    fn ask_rules(&self) -> Option<Verdict> {
+        if let Some(r) = self.session.and_then(|s| self.first_match(&s.rules.ask)) {
+            return Some(self.ask(
+                Level::P5SessionAsk,
+                Some(r),
+                format!("P5 session ask rule `{r}`"),
+            ));
+        }
+        let r = self
+            .tool_rules
+            .and_then(|t| self.first_match(&t.ask))
+            .or_else(|| self.first_match(&self.config.global.ask))?;
+        Some(self.ask(Level::P6ToolAsk, Some(r), format!("P6 ask rule `{r}`")))
+    }
+
+    /// P7: allow rules of every scope together allow when each simple command (each path) is
+    /// covered by one of them (SEC-5).
+    fn allow_rules(&self) -> Option<Verdict> {
+        let allow_rules = self
+            .session
+            .map_or(&[][..], |s| s.rules.allow.as_slice())
+            .iter()
+            .chain(self.tool_rules.map_or(&[][..], |t| t.allow.as_slice()))
+            .chain(&self.config.global.allow);
+        let used = allowed_by(allow_rules, self.subject)?;
+        let names: Vec<&str> = used.iter().map(|r| r.as_str()).collect();
+        let mut v = Verdict::new(
+            Allow,
+            Level::P7Allow,
+            used.first().copied(),
+            format!("P7 allow rule `{}`", names.join("` + `")),
+        );
+        v.rule = Some(names.join(" + "));
+        Some(v)
+    }
+
+    /// P7: a hook's allow allows.
+    fn hook_allow(&self) -> Option<Verdict> {
+        let HookOpinion::Allow(reason) = &self.q.hook else {
+            return None;
+        };
+        Some(Verdict::new(
+            Allow,
+            Level::P7Allow,
+            None,
+            format!("P7 hook allow: {reason}"),
+        ))
+    }
+
+    /// P8: what the mode does with this kind of tool when nothing else decided.
+    fn implicit(&self) -> Verdict {
+        let (mode, kind) = (self.mode, self.q.kind);
+        let implicit = match (mode, kind) {
+            (PermissionMode::BypassPermissions, _) => Allow,
+            (_, ToolKind::ReadOnly) => Allow,
+            (PermissionMode::AcceptEdits, ToolKind::Edit) => Allow,
+            _ => Ask,
+        };
+        let explain = format!(
+            "P8 implicit: mode {mode} {} {kind:?} tools",
+            if implicit == Allow {
+                "allows"
+            } else {
+                "asks for"
+            },
+        );
+        let v = Verdict::new(implicit, Level::P8Implicit, None, explain);
+        if implicit == Ask {
+            mode_adjusts_ask(v, mode)
+        } else {
+            v
+        }
     }
 }
 

@@ -281,111 +281,100 @@ fn tilde_text(tilde: &TildeExpr) -> String {
 /// plain `$NAME`, `${NAME}`, `$1` or `$@` is beyond what an allow rule covers (an array index
 /// or an indirection is evaluated as arithmetic, which can run commands).
 fn parameter(expr: &ParameterExpr, found: &mut Found) {
-    use ParameterExpr as E;
-    let (param, plain, texts): (Option<&Parameter>, bool, Vec<&str>) = match expr {
-        E::Parameter {
-            parameter,
-            indirect,
-        } => (Some(parameter), !indirect, vec![]),
-        E::UseDefaultValues {
-            parameter,
-            default_value: text,
-            ..
-        }
-        | E::AssignDefaultValues {
-            parameter,
-            default_value: text,
-            ..
-        }
-        | E::IndicateErrorIfNullOrUnset {
-            parameter,
-            error_message: text,
-            ..
-        }
-        | E::UseAlternativeValue {
-            parameter,
-            alternative_value: text,
-            ..
-        }
-        | E::RemoveSmallestSuffixPattern {
-            parameter,
-            pattern: text,
-            ..
-        }
-        | E::RemoveLargestSuffixPattern {
-            parameter,
-            pattern: text,
-            ..
-        }
-        | E::RemoveSmallestPrefixPattern {
-            parameter,
-            pattern: text,
-            ..
-        }
-        | E::RemoveLargestPrefixPattern {
-            parameter,
-            pattern: text,
-            ..
-        }
-        | E::UppercaseFirstChar {
-            parameter,
-            pattern: text,
-            ..
-        }
-        | E::UppercasePattern {
-            parameter,
-            pattern: text,
-            ..
-        }
-        | E::LowercaseFirstChar {
-            parameter,
-            pattern: text,
-            ..
-        }
-        | E::LowercasePattern {
-            parameter,
-            pattern: text,
-            ..
-        } => (
-            Some(parameter),
-            false,
-            text.iter().map(String::as_str).collect(),
-        ),
-        E::ParameterLength { parameter, .. } | E::Transform { parameter, .. } => {
-            (Some(parameter), false, vec![])
-        }
-        E::Substring {
-            parameter,
-            offset,
-            length,
-            ..
-        } => {
-            let mut texts = vec![offset.value.as_str()];
-            texts.extend(length.iter().map(|l| l.value.as_str()));
-            (Some(parameter), false, texts)
-        }
-        E::ReplaceSubstring {
-            parameter,
-            pattern,
-            replacement,
-            ..
-        } => {
-            let mut texts = vec![pattern.as_str()];
-            texts.extend(replacement.as_deref());
-            (Some(parameter), false, texts)
-        }
-        E::VariableNames { .. } | E::MemberKeys { .. } => (None, false, vec![]),
-    };
-    let mut plain = plain;
+    let (param, mut plain) = expanded_parameter(expr);
     if let Some(Parameter::NamedWithIndex { index, .. }) = param {
         embedded(index, found);
         plain &= index.chars().all(|c| c.is_ascii_digit());
     }
-    for text in texts {
-        embedded(text, found);
-    }
+    embedded_operands(expr, found);
     if !plain {
         found.block("a parameter expansion beyond `$NAME`");
+    }
+}
+
+/// The parameter an expansion reads (none for `${!prefix*}` and `${!name[@]}`), and whether
+/// the expansion itself is plain: no indirection, no operator.
+fn expanded_parameter(expr: &ParameterExpr) -> (Option<&Parameter>, bool) {
+    use ParameterExpr as E;
+    match expr {
+        E::Parameter {
+            parameter,
+            indirect,
+        } => (Some(parameter), !indirect),
+        E::UseDefaultValues { parameter, .. }
+        | E::AssignDefaultValues { parameter, .. }
+        | E::IndicateErrorIfNullOrUnset { parameter, .. }
+        | E::UseAlternativeValue { parameter, .. }
+        | E::ParameterLength { parameter, .. }
+        | E::RemoveSmallestSuffixPattern { parameter, .. }
+        | E::RemoveLargestSuffixPattern { parameter, .. }
+        | E::RemoveSmallestPrefixPattern { parameter, .. }
+        | E::RemoveLargestPrefixPattern { parameter, .. }
+        | E::Substring { parameter, .. }
+        | E::Transform { parameter, .. }
+        | E::UppercaseFirstChar { parameter, .. }
+        | E::UppercasePattern { parameter, .. }
+        | E::LowercaseFirstChar { parameter, .. }
+        | E::LowercasePattern { parameter, .. }
+        | E::ReplaceSubstring { parameter, .. } => (Some(parameter), false),
+        E::VariableNames { .. } | E::MemberKeys { .. } => (None, false),
+    }
+}
+
+/// Looks through the operands written in an expansion (default values, messages, patterns,
+/// offsets and lengths, replacements), in order: they may run commands.
+fn embedded_operands(expr: &ParameterExpr, found: &mut Found) {
+    use ParameterExpr as E;
+    match expr {
+        E::UseDefaultValues {
+            default_value: text,
+            ..
+        }
+        | E::AssignDefaultValues {
+            default_value: text,
+            ..
+        }
+        | E::IndicateErrorIfNullOrUnset {
+            error_message: text,
+            ..
+        }
+        | E::UseAlternativeValue {
+            alternative_value: text,
+            ..
+        }
+        | E::RemoveSmallestSuffixPattern { pattern: text, .. }
+        | E::RemoveLargestSuffixPattern { pattern: text, .. }
+        | E::RemoveSmallestPrefixPattern { pattern: text, .. }
+        | E::RemoveLargestPrefixPattern { pattern: text, .. }
+        | E::UppercaseFirstChar { pattern: text, .. }
+        | E::UppercasePattern { pattern: text, .. }
+        | E::LowercaseFirstChar { pattern: text, .. }
+        | E::LowercasePattern { pattern: text, .. } => {
+            if let Some(text) = text {
+                embedded(text, found);
+            }
+        }
+        E::Substring { offset, length, .. } => {
+            embedded(&offset.value, found);
+            if let Some(length) = length {
+                embedded(&length.value, found);
+            }
+        }
+        E::ReplaceSubstring {
+            pattern,
+            replacement,
+            ..
+        } => {
+            embedded(pattern, found);
+            if let Some(replacement) = replacement {
+                embedded(replacement, found);
+            }
+        }
+        E::Parameter { .. }
+        | E::ParameterLength { .. }
+        | E::Transform { .. }
+        | E::VariableNames { .. }
+        | E::MemberKeys { .. } => {}
     }
 }
 
