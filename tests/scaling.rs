@@ -37,9 +37,16 @@ async fn per_session(n: usize) -> Duration {
 async fn opening_sessions_with_their_own_observers_is_linear() {
     // Warm up allocators and the runtime, then compare the cost per session at two sizes: a
     // quadratic registry makes the larger run ~10x dearer per session.
+    // The best of a few runs at each size, so that a burst of load on the machine does not
+    // decide the ratio.
     per_session(200).await;
-    let small = per_session(1_000).await;
-    let large = per_session(10_000).await;
+    let mut small = Duration::MAX;
+    let mut large = Duration::MAX;
+    for _ in 0..2 {
+        small = small.min(per_session(1_000).await);
+        large = large.min(per_session(10_000).await);
+    }
+    small = small.min(per_session(1_000).await);
     let ratio = large.as_secs_f64() / small.as_secs_f64();
     assert!(
         ratio < 3.0,

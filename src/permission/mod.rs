@@ -2,8 +2,9 @@
 //! allow-always, hook opinions, and the [`Approver`]s that answer an `ask` (terminal, channel,
 //! policy, none), all failing closed.
 //!
-//! The service is an actor reached through a [`PermissionHandle`]. This layer knows the model
-//! (rules, events) and nothing of the bus, sessions or the agent loop.
+//! The service's actor applies rule changes and publishes them; a [`PermissionHandle`] checks a
+//! call in the caller's task against what is published. This layer knows the model (rules,
+//! events) and the actor shape, and nothing of the bus, sessions or the agent loop.
 
 pub(crate) mod approver;
 pub(crate) mod service;

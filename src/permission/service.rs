@@ -1,13 +1,19 @@
 //! The permission service (SPEC section 6): rule sets, modes, the precedence P0–P8 with an
 //! `explain` of what decided, session memory of "allow always", and fail-closed behaviour (FL-5).
 //!
-//! It runs as an actor ([`PermissionService::spawn`]) reached through a cloneable
-//! [`PermissionHandle`]. Any internal failure — the actor gone, a reply lost, a panic while
-//! evaluating — is a Deny with source `error`.
+//! Its actor ([`PermissionService::spawn`]) is the one writer of the rules: it applies session
+//! rules, modes and declared path fields and publishes them (an `ArcSwap` of the shared rules,
+//! one `Arc` per session). A [`PermissionHandle::check`] evaluates in the caller's task against
+//! what is published: no message, no wait on a shared task. Any internal failure — the service
+//! stopped, its actor gone, a panic while evaluating — is a Deny with source `error`.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use dashmap::DashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -353,24 +359,57 @@ impl PermissionConfig {
     }
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct SessionState {
     rules: RuleSet,
     mode: Option<PermissionMode>,
 }
 
-/// The evaluation, separate from the actor so it can be tested as a table.
+/// The rules every session shares: the configuration and the tools' declared path fields.
+#[derive(Clone)]
 struct Evaluator {
     config: PermissionConfig,
     /// Path fields each tool declares beyond the standard ones.
     path_arguments: HashMap<String, Vec<String>>,
-    sessions: HashMap<String, SessionState>,
+}
+
+/// What checks read, in the caller's task: the shared rules as one snapshot, and each
+/// session's rules and mode as its own. Only the actor writes them (a whole new value per
+/// change), so a check never waits for the actor and never sees half a change.
+struct Published {
+    global: ArcSwap<Evaluator>,
+    sessions: DashMap<String, Arc<SessionState>>,
+    supervisor: Supervisor,
+}
+
+impl std::fmt::Debug for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Published")
+            .field("sessions", &self.sessions.len())
+            .finish()
+    }
+}
+
+impl Published {
+    /// A session's rules and mode as they stand.
+    fn session(&self, id: &str) -> Option<Arc<SessionState>> {
+        self.sessions.get(id).map(|s| s.value().clone())
+    }
+
+    /// Replaces a session's state with `change` applied to a copy of it.
+    fn update_session(&self, id: String, change: impl FnOnce(&mut SessionState)) {
+        let mut state = self
+            .session(&id)
+            .map(|s| SessionState::clone(&s))
+            .unwrap_or_default();
+        change(&mut state);
+        self.sessions.insert(id, Arc::new(state));
+    }
 }
 
 impl Evaluator {
     /// The verdict on `q`: the first precedence step (P0–P8) that decides.
-    fn evaluate(&self, q: &PermissionQuery) -> Verdict {
-        let session = self.sessions.get(&q.session_id);
+    fn evaluate(&self, session: Option<&SessionState>, q: &PermissionQuery) -> Verdict {
         let extra_paths = self
             .path_arguments
             .get(&q.tool_name)
@@ -399,8 +438,8 @@ impl Evaluator {
 
     /// Absolute globs of the paths `Read` deny rules (global, `read_file`'s and the session's)
     /// keep from being read, for the `bash` sandbox.
-    fn read_denies(&self, session_id: &str, cwd: &Path) -> Vec<String> {
-        let session = self.sessions.get(session_id).map(|s| &s.rules.deny);
+    fn read_denies(&self, session: Option<&SessionState>, cwd: &Path) -> Vec<String> {
+        let session = session.map(|s| &s.rules.deny);
         let mut globs: Vec<String> = self
             .config
             .global
@@ -602,11 +641,9 @@ fn mode_adjusts_ask(mut v: Verdict, mode: PermissionMode) -> Verdict {
 }
 
 enum Msg {
-    Check(Box<PermissionQuery>, oneshot::Sender<Verdict>),
     AddSessionRules(String, RuleSet, oneshot::Sender<()>),
     SetMode(String, PermissionMode, oneshot::Sender<()>),
     ForgetSession(String),
-    ReadDenies(String, PathBuf, oneshot::Sender<Vec<String>>),
     PathArguments(String, Vec<String>, oneshot::Sender<()>),
     /// Panics in the actor (tests of its supervision).
     #[cfg(test)]
@@ -646,32 +683,36 @@ impl PermissionService {
     ) -> (PermissionHandle, PermissionActor) {
         let (tx, rx) = mpsc::channel::<Msg>(256);
         let stop = CancellationToken::new();
+        let published = Arc::new(Published {
+            global: ArcSwap::from_pointee(Evaluator {
+                config,
+                path_arguments: HashMap::new(),
+            }),
+            sessions: DashMap::new(),
+            supervisor,
+        });
         let handle = PermissionHandle {
             tx,
             stop: stop.clone(),
+            published: published.clone(),
         };
         let actor = PermissionActor {
-            eval: Evaluator {
-                config,
-                path_arguments: HashMap::new(),
-                sessions: HashMap::new(),
-            },
+            published,
             rx,
             stop,
-            supervisor,
         };
         (handle, actor)
     }
 }
 
-/// The permission service's actor: owns the rules and the sessions' modes; serves `stop`
-/// before any queued check. A panic while evaluating is caught around that check (which then
-/// denies); a panic of the loop restarts it with its rules kept.
+/// The permission service's actor: the one writer of the published rules (session rules,
+/// modes, declared path fields); serves `stop` before any queued change. Checks do not go
+/// through it: they read the published rules in the caller's task. A panic of the loop
+/// restarts it with the rules kept.
 pub(crate) struct PermissionActor {
-    eval: Evaluator,
+    published: Arc<Published>,
     rx: mpsc::Receiver<Msg>,
     stop: CancellationToken,
-    supervisor: Supervisor,
 }
 
 impl Actor for PermissionActor {
@@ -697,40 +738,28 @@ impl Actor for PermissionActor {
 
 impl PermissionActor {
     fn serve(&mut self, msg: Msg) {
-        let eval = &mut self.eval;
+        let published = &self.published;
         match msg {
-            Msg::Check(q, reply) => {
-                let verdict = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    crate::sys::panics::contained(|| eval.evaluate(&q))
-                }))
-                .unwrap_or_else(|panic| {
-                    let message = panic_message(panic.as_ref());
-                    self.supervisor
-                        .report_call(ActorKind::Permission, "rules", &message);
-                    Verdict::error("panic while evaluating rules")
-                });
-                let _ = reply.send(verdict);
-            }
             Msg::AddSessionRules(id, rules, reply) => {
-                let s = eval.sessions.entry(id).or_default();
-                s.rules.deny.extend(rules.deny);
-                s.rules.ask.extend(rules.ask);
-                s.rules.allow.extend(rules.allow);
+                published.update_session(id, |s| {
+                    s.rules.deny.extend(rules.deny);
+                    s.rules.ask.extend(rules.ask);
+                    s.rules.allow.extend(rules.allow);
+                });
                 let _ = reply.send(());
             }
             Msg::SetMode(id, mode, reply) => {
-                eval.sessions.entry(id).or_default().mode = Some(mode);
+                published.update_session(id, |s| s.mode = Some(mode));
                 let _ = reply.send(());
             }
             Msg::ForgetSession(id) => {
-                eval.sessions.remove(&id);
+                published.sessions.remove(&id);
             }
             Msg::PathArguments(tool, fields, reply) => {
-                eval.path_arguments.insert(tool, fields);
+                let mut global = Evaluator::clone(&published.global.load());
+                global.path_arguments.insert(tool, fields);
+                published.global.store(Arc::new(global));
                 let _ = reply.send(());
-            }
-            Msg::ReadDenies(id, cwd, reply) => {
-                let _ = reply.send(eval.read_denies(&id, &cwd));
             }
             #[cfg(test)]
             Msg::Panic => panic!("permission actor fault injected"),
@@ -743,23 +772,39 @@ impl PermissionActor {
 pub struct PermissionHandle {
     tx: mpsc::Sender<Msg>,
     stop: CancellationToken,
+    published: Arc<Published>,
 }
 
 impl PermissionHandle {
     /// Decides a query. Fail-closed: if the service cannot answer, the verdict is a Deny with
     /// source `error`.
     pub async fn check(&self, query: PermissionQuery) -> Verdict {
-        let (reply, rx) = oneshot::channel();
-        if self
-            .tx
-            .send(Msg::Check(Box::new(query), reply))
-            .await
-            .is_err()
-        {
-            return Verdict::error("the permission service is not running");
+        if let Some(why) = self.down() {
+            return Verdict::error(why);
         }
-        rx.await
-            .unwrap_or_else(|_| Verdict::error("the permission service dropped the request"))
+        let global = self.published.global.load();
+        let session = self.published.session(&query.session_id);
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            crate::sys::panics::contained(|| global.evaluate(session.as_deref(), &query))
+        }))
+        .unwrap_or_else(|panic| {
+            let message = panic_message(panic.as_ref());
+            self.published
+                .supervisor
+                .report_call(ActorKind::Permission, "rules", &message);
+            Verdict::error("panic while evaluating rules")
+        })
+    }
+
+    /// Why the service cannot answer, if it cannot: stopped, or its actor is gone.
+    fn down(&self) -> Option<&'static str> {
+        if self.stop.is_cancelled() {
+            Some("the permission service is stopped")
+        } else if self.tx.is_closed() {
+            Some("the permission service is not running")
+        } else {
+            None
+        }
     }
 
     /// Adds rules to one session (P2 deny, P5 ask, session allow), e.g. "allow always".
@@ -811,16 +856,15 @@ impl PermissionHandle {
     /// from being read, for the `bash` sandbox. Fails closed: an error when the service does not
     /// answer.
     pub async fn read_denies(&self, session_id: &str, cwd: &Path) -> Result<Vec<String>, Error> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Msg::ReadDenies(
-                session_id.to_owned(),
-                cwd.to_owned(),
-                reply,
-            ))
-            .await
-            .map_err(|_| Error::ShuttingDown)?;
-        rx.await.map_err(|_| Error::ShuttingDown)
+        if self.down().is_some() {
+            return Err(Error::ShuttingDown);
+        }
+        let session = self.published.session(session_id);
+        Ok(self
+            .published
+            .global
+            .load()
+            .read_denies(session.as_deref(), cwd))
     }
 
     /// Makes the actor panic (tests of its supervision).
