@@ -44,6 +44,7 @@ pub struct BusBuilder {
     session_end_grace: Option<Duration>,
     sequential: Vec<EventKind>,
     hook_mailbox: Option<usize>,
+    hook_shards: Option<usize>,
 }
 
 impl BusBuilder {
@@ -71,6 +72,14 @@ impl BusBuilder {
         self
     }
 
+    /// Actors per global hook without a `max_concurrency` (default: the runtime's worker count,
+    /// at most 8; one on a current-thread runtime). Each serves the sessions whose id hashes to
+    /// it, so each session's calls reach one actor, in order.
+    pub fn hook_shards(mut self, shards: usize) -> Self {
+        self.hook_shards = Some(shards.clamp(1, 64));
+        self
+    }
+
     /// Starts the runtime (spawns the registry actor). Must be called within a tokio runtime.
     pub fn build(self) -> Bus {
         let env_timeout = env_timeout();
@@ -86,6 +95,7 @@ impl BusBuilder {
             session_end_grace: self.session_end_grace.unwrap_or(DEFAULT_SESSION_END_GRACE),
             sequential,
             hook_mailbox: self.hook_mailbox.unwrap_or(DEFAULT_HOOK_MAILBOX),
+            hook_shards: self.hook_shards.unwrap_or_else(default_hook_shards),
         };
         let published = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
         let sessions = Arc::new(DashMap::new());
@@ -113,6 +123,16 @@ impl BusBuilder {
                 next_session: AtomicU64::new(1),
             }),
         }
+    }
+}
+
+/// One hook actor per worker of the current runtime, at most 8.
+fn default_hook_shards() -> usize {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            rt.metrics().num_workers().clamp(1, 8)
+        }
+        _ => 1,
     }
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct RuntimeConfig {
     pub session_end_grace: Duration,
     pub sequential: [bool; EventKind::COUNT],
     pub hook_mailbox: usize,
+    /// Actors per global hook (see [`Target::Sharded`]).
+    pub hook_shards: usize,
 }
 
 /// A hook call that failed, as failure listeners see it (the audit log is one).
@@ -139,16 +141,29 @@ impl RuntimeCore {
     ) -> Result<(), Error> {
         self.check_running()?;
         let options = hook.options();
+        // A global hook without a concurrency limit gets one actor per worker; a session's
+        // own hook, or one whose limit must hold across calls, gets one.
+        let shards = match (&session, options.max_concurrency) {
+            (None, None) => self.config.hook_shards.max(1),
+            _ => 1,
+        };
         let target = if options.inline {
             Target::Inline(hook.clone())
         } else {
-            let (tx, actor) = HookActor::pair(
-                hook.clone(),
-                self.config.hook_mailbox,
-                options.max_concurrency,
-            );
-            self.spawn(actor);
-            Target::Actor(tx)
+            let mut mailboxes = Vec::with_capacity(shards);
+            for _ in 0..shards {
+                let (tx, actor) = HookActor::pair(
+                    hook.clone(),
+                    self.config.hook_mailbox,
+                    options.max_concurrency,
+                );
+                self.spawn(actor);
+                mailboxes.push(tx);
+            }
+            match mailboxes.len() {
+                1 => Target::Actor(mailboxes.remove(0)),
+                _ => Target::Sharded(mailboxes.into_boxed_slice()),
+            }
         };
         self.add_entry(hook.name().to_owned(), options, target, session)
             .await

@@ -61,6 +61,8 @@ pub(crate) struct Dispatcher {
     /// turn's cancellation fires it: each actor hook call gets a child token of its own, which
     /// its actor fires when the dispatcher stops waiting for it.
     hook_token: Option<(u64, Arc<CancellationToken>)>,
+    /// The session id's hash: which actor of a sharded hook serves this session.
+    shard: u64,
 }
 
 impl Drop for Dispatcher {
@@ -74,6 +76,11 @@ impl Drop for Dispatcher {
 
 impl Dispatcher {
     pub fn new(shared: Arc<SessionShared>, bus: Arc<RuntimeCore>) -> Self {
+        let shard = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+                .hash_one(shared.id.as_str())
+        };
         Self {
             shared,
             bus,
@@ -81,6 +88,7 @@ impl Dispatcher {
             closed: false,
             timer: None,
             hook_token: None,
+            shard,
         }
     }
 
@@ -424,7 +432,10 @@ impl Dispatcher {
                     Some(cx) => self.start_inline(entry, hook.as_ref(), cx),
                     None => Err(RunStatus::ReplyDropped),
                 },
-                Target::Actor(tx) => self.start_actor(entry, tx, env, token),
+                Target::Actor(_) | Target::Sharded(_) => match entry.target.mailbox(self.shard) {
+                    Some(tx) => self.start_actor(entry, tx, env, token),
+                    None => Err(RunStatus::ReplyDropped),
+                },
             };
             match flight {
                 Ok(flight) => {
@@ -800,7 +811,10 @@ impl Dispatcher {
                 cx = self.cx(&env, &token);
                 self.start_inline(entry, hook.as_ref(), &cx)
             }
-            Target::Actor(tx) => self.start_actor(entry, tx, &env, &token),
+            Target::Actor(_) | Target::Sharded(_) => match entry.target.mailbox(self.shard) {
+                Some(tx) => self.start_actor(entry, tx, &env, &token),
+                None => Err(RunStatus::ReplyDropped),
+            },
         };
         let mut flight = match flight {
             Ok(flight) => flight,

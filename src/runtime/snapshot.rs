@@ -22,6 +22,10 @@ use crate::runtime::observer::ObserverEntry;
 pub(crate) enum Target {
     /// A task of its own (a trait hook's actor, or a user's mailbox).
     Actor(mpsc::Sender<Delivery>),
+    /// Several actors serving one hook object, each taking the sessions whose id hashes to it:
+    /// sessions on different workers stop contending for one task, and each session's calls
+    /// still reach one actor in order.
+    Sharded(Box<[mpsc::Sender<Delivery>]>),
     /// Run on the dispatcher's task.
     Inline(Arc<dyn Hook>),
 }
@@ -287,5 +291,17 @@ fn topo_order(hooks: &[Arc<HookEntry>], deps: &[Vec<usize>]) -> Result<Vec<usize
             return Err(Error::DependencyCycle(names));
         }
         path.push(next);
+    }
+}
+
+impl Target {
+    /// The mailbox that serves the session whose id hashes to `shard`; `None` for an inline
+    /// hook.
+    pub fn mailbox(&self, shard: u64) -> Option<&mpsc::Sender<Delivery>> {
+        match self {
+            Target::Actor(tx) => Some(tx),
+            Target::Sharded(txs) => txs.get((shard % txs.len().max(1) as u64) as usize),
+            Target::Inline(_) => None,
+        }
     }
 }
