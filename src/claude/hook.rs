@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
+use super::input::hook_input;
 use super::output::{interpret, HandlerReport};
 use super::run::{run, RunCx};
 use super::settings::{ClaudeSettings, CompatOptions, Handler};
@@ -162,7 +163,7 @@ impl Hook for ClaudeHook {
         let env = cx.envelope();
         let kind = env.kind();
         let report = if passes {
-            let input = serde_json::to_vec(&**env)?;
+            let input = hook_input(env, self.options.hookbus_extensions).to_string();
             let cwd = if env.fields.cwd.is_empty() {
                 std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
             } else {
@@ -176,7 +177,7 @@ impl Hook for ClaudeHook {
             let (raw, elapsed) = run(
                 &self.handler.kind,
                 RunCx {
-                    input: &input,
+                    input: input.as_bytes(),
                     cwd: &cwd,
                     project_dir: &project_dir,
                     timeout: self.handler.timeout,

@@ -5,9 +5,11 @@
 //!   `disableAllHooks`, and reports what it skipped as [`SettingsWarning`]s that name the file
 //!   and JSON path (CC-1). Matchers and `if` follow CC-2.
 //! * Each handler becomes a [`ClaudeHook`]: a `command` runs through `sh -c` (or exec form with
-//!   `args`) with the event JSON on stdin, in the session's cwd, with `CLAUDE_PROJECT_DIR` and
-//!   `CLAUDECODE=1`; its deadline is enforced here and kills the whole process group (CC-3). An
-//!   `http` handler POSTs the same JSON.
+//!   `args`) with the event's input on stdin, in the session's cwd, with `CLAUDE_PROJECT_DIR`
+//!   and `CLAUDECODE=1`; its deadline is enforced here and kills the whole process group
+//!   (CC-3). An `http` handler POSTs the same JSON.
+//! * The input is exactly Claude Code's fields for the event ([`CompatOptions::hookbus_extensions`]
+//!   adds hookbus's under [`EXTENSIONS_KEY`]).
 //! * The output is read as Claude Code reads it (CC-4, CC-5) into a [`HandlerReport`], which
 //!   becomes the hook's typed answer; the runtime folds the answers deterministically in settings
 //!   order (CC-6). Every run also leaves its report in the outcome's metadata under
@@ -27,12 +29,14 @@
 //! ```
 
 mod hook;
+mod input;
 mod output;
 pub mod replay;
 mod run;
 mod settings;
 
 pub use hook::{ClaudeHook, HandlerRun, REPORT_KEY};
+pub use input::EXTENSIONS_KEY;
 pub use output::{cap, CcDecision, HandlerOutcome, HandlerReport, CONTEXT_CAP};
 pub use settings::{
     ClaudeSettings, CompatOptions, Handler, HandlerKind, Occurrence, SettingsWarning,

@@ -36,6 +36,12 @@ pub struct CompatOptions {
     /// and the largest HTTP handler reply read, a larger one being a non-blocking error (or a
     /// block with `onFailure: "block"`) that is not read further (default 1 MiB).
     pub output_cap: usize,
+    /// Opt-in: the JSON a handler receives also carries, under one `hookbus` key
+    /// ([`EXTENSIONS_KEY`](super::EXTENSIONS_KEY)), what the envelope holds beyond Claude
+    /// Code's fields for the event (`seq`, `turn`, `step`, `timestamp_ms`,
+    /// `parent_session_id`, payload fields such as `PostToolUseFailure.kind`). Default false:
+    /// exactly Claude Code's fields, which strict input validators accept.
+    pub hookbus_extensions: bool,
 }
 
 impl Default for CompatOptions {
@@ -47,6 +53,7 @@ impl Default for CompatOptions {
             json_over_exit_2: false,
             continue_false_runs_tool: false,
             output_cap: 1 << 20,
+            hookbus_extensions: false,
         }
     }
 }

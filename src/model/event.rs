@@ -1,8 +1,10 @@
 //! The lifecycle events, their payloads and the envelope every event travels in.
 //!
 //! Payloads serialize with Claude Code's snake_case field names and the event's wire name under
-//! `hook_event_name`, so `serde_json::to_value(&envelope)` is exactly what a Claude Code hook script
-//! expects on stdin (plus a few hookbus extras such as `seq`, which scripts ignore).
+//! `hook_event_name`; `serde_json::to_value(&envelope)` is Claude Code's fields plus hookbus's
+//! extras (`seq`, `turn`, `step`, `timestamp_ms`, and payload fields such as
+//! `PostToolUseFailure.kind`). The input a Claude Code handler receives, exactly Claude Code's
+//! fields for its event, is built from it by the `claude` layer.
 
 use std::fmt;
 use std::str::FromStr;
@@ -626,7 +628,9 @@ impl Envelope {
         self.event.kind()
     }
 
-    /// The JSON object a Claude Code hook script gets on stdin.
+    /// The envelope as a JSON object: Claude Code's field names plus hookbus's extras (what the
+    /// event stream, the HTTP service and the audit log carry; a Claude Code handler gets only
+    /// Claude Code's fields, see the `claude` layer).
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
