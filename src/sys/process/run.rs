@@ -13,6 +13,9 @@
 //!   [`REAP_ROUNDS`] such rounds our ends are closed whatever remains. The answer never comes
 //!   later than about [`DRAIN`] + [`REAP_ROUNDS`] × [`REAP_DRAIN`] after the exit.
 //! * Dropping a run before it ended kills the group and whatever escaped it in the same way.
+//! * [`Running::finish_watching`] also hands the first line of stdout, as soon as it is
+//!   complete, to a [`FirstLine`] callback, which may move the deadline (Claude Code's
+//!   `{"async": true, "asyncTimeout": ms}` first line).
 //!
 //! A descendant that left the group, closed or redirected every pipe it inherited, and lost its
 //! ancestry (its parent exited) before the answer is not found: it keeps running. That is how a
@@ -30,6 +33,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, Command};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -144,9 +148,48 @@ impl Drop for Guard {
     }
 }
 
-/// Reads a stream into `out` until its end, keeping `cap` bytes and counting the rest. What
-/// was read stays in `out` if the read is dropped half-way.
-async fn read_into(stream: Option<impl AsyncRead + Unpin>, out: &mut Captured, cap: usize) {
+/// Called once with the first line of a run's stdout (without its newline) as soon as it is
+/// complete, or with what was read when stdout ends or fills the cap first; a returned instant
+/// replaces the run's deadline.
+pub(crate) type FirstLine = Box<dyn FnOnce(&[u8]) -> Option<Instant> + Send>;
+
+/// Hands the first line of stdout to its [`FirstLine`] callback, once.
+struct LineWatch<'a> {
+    callback: Option<FirstLine>,
+    /// How far stdout was searched for a newline.
+    scanned: usize,
+    deadline: &'a watch::Sender<Instant>,
+}
+
+impl LineWatch<'_> {
+    /// Looks at what stdout holds so far (`ended`: all of it).
+    fn seen(&mut self, out: &Captured, cap: usize, ended: bool) {
+        if self.callback.is_none() {
+            return;
+        }
+        let fresh = &out.bytes[self.scanned.min(out.bytes.len())..];
+        let line = match fresh.iter().position(|b| *b == b'\n') {
+            Some(at) => &out.bytes[..self.scanned + at],
+            None if ended || out.bytes.len() >= cap => &out.bytes[..],
+            None => {
+                self.scanned = out.bytes.len();
+                return;
+            }
+        };
+        if let Some(moved) = self.callback.take().and_then(|callback| callback(line)) {
+            self.deadline.send_replace(moved);
+        }
+    }
+}
+
+/// Reads a stream into `out` until its end, keeping `cap` bytes and counting the rest, and shows
+/// each step to `watch`. What was read stays in `out` if the read is dropped half-way.
+async fn read_into(
+    stream: Option<impl AsyncRead + Unpin>,
+    out: &mut Captured,
+    cap: usize,
+    mut watch: Option<&mut LineWatch<'_>>,
+) {
     let Some(mut stream) = stream else {
         return;
     };
@@ -158,6 +201,12 @@ async fn read_into(stream: Option<impl AsyncRead + Unpin>, out: &mut Captured, c
         out.total += n;
         let room = cap.saturating_sub(out.bytes.len());
         out.bytes.extend_from_slice(&buf[..n.min(room)]);
+        if let Some(w) = watch.as_deref_mut() {
+            w.seen(out, cap, false);
+        }
+    }
+    if let Some(w) = watch {
+        w.seen(out, cap, true);
     }
 }
 
@@ -199,11 +248,25 @@ impl Running {
     /// Writes `input` to the child's stdin, reads its output (`cap` bytes of each stream), and
     /// waits for it until `deadline` or `cancel`, as the module documentation describes.
     pub async fn finish(
+        self,
+        input: &[u8],
+        cap: usize,
+        deadline: Instant,
+        cancel: &CancellationToken,
+    ) -> Ended {
+        self.finish_watching(input, cap, deadline, cancel, None)
+            .await
+    }
+
+    /// [`finish`](Self::finish), handing the first line of stdout to `first_line` as soon as it
+    /// is complete; the deadline it may return replaces `deadline`.
+    pub async fn finish_watching(
         mut self,
         input: &[u8],
         cap: usize,
         deadline: Instant,
         cancel: &CancellationToken,
+        first_line: Option<FirstLine>,
     ) -> Ended {
         let mut stdout = Captured::default();
         let mut stderr = Captured::default();
@@ -212,17 +275,23 @@ impl Running {
             self.child.stderr.take(),
             self.child.stdin.take(),
         );
+        let (deadline_tx, mut deadline_rx) = watch::channel(deadline);
+        let mut line_watch = first_line.map(|callback| LineWatch {
+            callback: Some(callback),
+            scanned: 0,
+            deadline: &deadline_tx,
+        });
         let phase = {
             let io = async {
                 tokio::join!(
-                    read_into(out_pipe, &mut stdout, cap),
-                    read_into(err_pipe, &mut stderr, cap),
+                    read_into(out_pipe, &mut stdout, cap, line_watch.as_mut()),
+                    read_into(err_pipe, &mut stderr, cap, None),
                     write_all(in_pipe, input),
                 );
             };
             tokio::pin!(io);
             let (phase, io_done) =
-                wait_for_end(&mut self.child, io.as_mut(), deadline, cancel).await;
+                wait_for_end(&mut self.child, io.as_mut(), &mut deadline_rx, cancel).await;
             let io_done = kill_and_drain(&self.guard, &phase, io.as_mut(), io_done).await;
             reap_pipe_holders(&self.guard, io.as_mut(), io_done).await;
             phase
@@ -233,22 +302,25 @@ impl Running {
     }
 }
 
-/// Drives `io` beside the wait until the child exits, the deadline passes or `cancel` fires;
-/// returns which, and whether `io` ended.
+/// Drives `io` beside the wait until the child exits, the deadline (its latest value) passes or
+/// `cancel` fires; returns which, and whether `io` ended.
 async fn wait_for_end<F: Future + ?Sized>(
     child: &mut Child,
     mut io: Pin<&mut F>,
-    deadline: Instant,
+    deadline: &mut watch::Receiver<Instant>,
     cancel: &CancellationToken,
 ) -> (Phase, bool) {
     let mut io_done = false;
     let phase = loop {
+        let until = *deadline.borrow_and_update();
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break Phase::Cancelled,
             status = child.wait() => break Phase::Exited(status),
-            _ = tokio::time::sleep_until(deadline) => break Phase::Deadline,
+            _ = tokio::time::sleep_until(until) => break Phase::Deadline,
             _ = &mut io, if !io_done => io_done = true,
+            // A new deadline: wait again with it.
+            Ok(()) = deadline.changed() => {}
         }
     };
     (phase, io_done)
