@@ -1,12 +1,16 @@
 //! Claude Code's hook protocol, beyond exit codes and JSON output: the exact input each event's
-//! handler receives. Fixture hook scripts are written into a temporary directory here.
+//! handler receives and the async protocol (background handlers). Fixture hook scripts are
+//! written into a temporary directory here.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hookbus::claude::{ClaudeSettings, CompatOptions, EXTENSIONS_KEY};
+use hookbus::claude::{
+    ClaudeSettings, CompatOptions, HandlerOutcome, HandlerRun, ASYNC_HOOK_NAME, EXTENSIONS_KEY,
+    REPORT_KEY,
+};
 use hookbus::*;
 use serde_json::{json, Value};
 
@@ -29,6 +33,28 @@ fn script(dir: &Path, name: &str, body: &str) -> String {
     path.display().to_string()
 }
 
+fn runs(o: &Outcome) -> Vec<HandlerRun> {
+    o.metadata
+        .iter()
+        .filter(|m| m.value.0 == REPORT_KEY)
+        .map(|m| serde_json::from_value(m.value.1.clone()).unwrap())
+        .collect()
+}
+
+fn contexts(o: &Outcome) -> Vec<String> {
+    o.contexts.iter().map(|c| c.text.clone()).collect()
+}
+
+/// Everything of an outcome that could reach the model or the user, as text.
+fn visible_text(o: &Outcome) -> String {
+    let mut all: Vec<String> = contexts(o);
+    all.extend(o.system_messages.iter().map(|m| m.value.clone()));
+    all.extend(o.warnings.iter().map(|m| m.value.clone()));
+    all.extend(o.reasons.iter().map(|m| m.value.clone()));
+    all.extend(o.feedback.iter().map(|m| m.value.clone()));
+    all.join("\n")
+}
+
 async fn open(bus: &Bus, id: &str, cwd: &Path) -> BusSession {
     bus.open_session(
         BusSessionConfig::new()
@@ -40,12 +66,301 @@ async fn open(bus: &Bus, id: &str, cwd: &Path) -> BusSession {
     .unwrap()
 }
 
+fn post(tool: &str, id: &str) -> Event {
+    Event::PostToolUse(PostToolUse {
+        tool_name: tool.into(),
+        tool_input: json!({ "file_path": "a.rs" }),
+        original_input: None,
+        tool_response: json!({ "ok": true }),
+        original_response: None,
+        tool_use_id: id.into(),
+        is_error: false,
+        duration_ms: 3,
+    })
+}
+
 fn pre(tool: &str, input: Value, id: &str) -> Event {
     Event::PreToolUse(PreToolUse {
         tool_name: tool.into(),
         tool_input: input,
         tool_use_id: id.into(),
     })
+}
+
+/// Waits (generously: processes cannot use a paused clock) until `path` exists.
+async fn wait_for_file(path: &Path) {
+    for _ in 0..1000 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
+/// Dispatches harmless PreToolUse events until one carries contexts (the session's next event
+/// after a background job ended gets them); at most 200 tries.
+async fn next_delivery(session: &BusSession) -> Outcome {
+    for i in 0..200 {
+        let o = session
+            .dispatch(pre("Read", json!({ "file_path": "x" }), &format!("r{i}")))
+            .await
+            .unwrap();
+        if !o.contexts.is_empty() {
+            return o;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("nothing was delivered");
+}
+
+// ---- item 5: the async protocol ----
+
+#[tokio::test]
+async fn an_async_first_line_backgrounds_the_hook_and_keeps_its_json_out_of_the_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Announces itself as async, then waits for the test's go-ahead before its real output:
+    // the hook call can only have returned before the script finished.
+    let late = script(
+        d,
+        "late.sh",
+        &format!(
+            r#"cat > /dev/null
+echo '{{"async": true, "asyncTimeout": 30000}}'
+while [ ! -e {d}/go ]; do sleep 0.02; done
+echo '{{"hookSpecificOutput": {{"hookEventName": "PostToolUse", "additionalContext": "lint: 2 warnings"}}, "systemMessage": "linted a.rs", "decision": "block", "reason": "ignored"}}'
+touch {d}/done"#,
+            d = d.display()
+        ),
+    );
+    // Without the async protocol the call would wait for the script: 5 s, then a timeout.
+    let s = settings(json!({ "hooks": { "PostToolUse": [
+        { "matcher": "Edit", "hooks": [{ "type": "command", "command": late, "timeout": 5 }] }
+    ] } }));
+    let bus = Bus::new();
+    s.register(&bus).await.unwrap();
+    let session = open(&bus, "async-1", d).await;
+
+    let o = session.dispatch(post("Edit", "t1")).await.unwrap();
+    assert!(
+        !d.join("done").exists(),
+        "the call returned before the script finished"
+    );
+    assert_eq!(runs(&o)[0].report.outcome, HandlerOutcome::Async);
+    assert_eq!(
+        o.decision,
+        Decision::Continue,
+        "no decision from a background hook"
+    );
+    assert!(o.contexts.is_empty(), "{:?}", o.contexts);
+    assert!(!visible_text(&o).contains("async"), "{}", visible_text(&o));
+
+    std::fs::write(d.join("go"), "").unwrap();
+    wait_for_file(&d.join("done")).await;
+    let later = next_delivery(&session).await;
+    assert_eq!(contexts(&later), ["lint: 2 warnings", "linted a.rs"]);
+    assert!(later.contexts.iter().all(|c| c.hook == ASYNC_HOOK_NAME));
+    assert!(
+        !visible_text(&later).contains('{'),
+        "no raw JSON: {}",
+        visible_text(&later)
+    );
+    assert_eq!(
+        later.decision,
+        Decision::Continue,
+        "decision fields have no effect"
+    );
+    // Delivered once.
+    let after = session
+        .dispatch(pre("Read", json!({}), "r-last"))
+        .await
+        .unwrap();
+    assert!(after.contexts.is_empty());
+    session.close("other").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn async_and_async_rewake_in_settings_run_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gate = format!("while [ ! -e {}/go ]; do sleep 0.02; done", d.display());
+    let quiet = script(
+        d,
+        "quiet.sh",
+        &format!(
+            r#"cat > /dev/null
+{gate}
+echo '{{"hookSpecificOutput": {{"hookEventName": "PostToolUse", "additionalContext": "formatted"}}}}'
+touch {d}/quiet.done"#,
+            d = d.display()
+        ),
+    );
+    let rewake = script(
+        d,
+        "rewake.sh",
+        &format!(
+            r#"cat > /dev/null
+{gate}
+echo 'tests failed: 3' >&2
+touch {d}/rewake.done
+exit 2"#,
+            d = d.display()
+        ),
+    );
+    let s = settings(json!({ "hooks": { "PostToolUse": [{ "hooks": [
+        { "type": "command", "command": quiet, "async": true, "timeout": 5 },
+        { "type": "command", "command": rewake, "asyncRewake": true, "timeout": 5 }
+    ] }] } }));
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let bus = Bus::new();
+    s.register(&bus).await.unwrap();
+    let session = open(&bus, "async-2", d).await;
+
+    let o = session.dispatch(post("Write", "t1")).await.unwrap();
+    let outcomes: Vec<HandlerOutcome> = runs(&o).iter().map(|r| r.report.outcome).collect();
+    assert_eq!(outcomes, [HandlerOutcome::Async, HandlerOutcome::Async]);
+    assert_eq!(
+        o.decision,
+        Decision::Continue,
+        "exit 2 of a rewake hook blocks nothing"
+    );
+    assert!(!d.join("quiet.done").exists() && !d.join("rewake.done").exists());
+
+    std::fs::write(d.join("go"), "").unwrap();
+    wait_for_file(&d.join("quiet.done")).await;
+    wait_for_file(&d.join("rewake.done")).await;
+    let mut delivered = BTreeSet::new();
+    while delivered.len() < 2 {
+        delivered.extend(contexts(&next_delivery(&session).await));
+    }
+    assert_eq!(
+        delivered,
+        BTreeSet::from(["formatted".to_owned(), "tests failed: 3".to_owned()])
+    );
+    session.close("other").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_background_hook_is_killed_when_its_session_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let forever = script(
+        d,
+        "forever.sh",
+        &format!(
+            r#"cat > /dev/null
+echo '{{"async": true, "asyncTimeout": 120000}}'
+echo $$ > {d}/pid.tmp && mv {d}/pid.tmp {d}/pid
+while true; do sleep 0.05; done"#,
+            d = d.display()
+        ),
+    );
+    // Its deadline is two minutes away once it is in the background: only the session's end
+    // kills it within the test's bounds.
+    let s = settings(json!({ "hooks": { "PostToolUse": [{ "hooks": [
+        { "type": "command", "command": forever, "timeout": 5 }
+    ] }] } }));
+    let bus = Bus::new();
+    s.register(&bus).await.unwrap();
+    let session = open(&bus, "async-3", d).await;
+    let o = session.dispatch(post("Edit", "t1")).await.unwrap();
+    assert_eq!(runs(&o)[0].report.outcome, HandlerOutcome::Async);
+    wait_for_file(&d.join("pid")).await;
+    let pid: u32 = std::fs::read_to_string(d.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    assert!(proc_dir.exists(), "it runs on after the call");
+
+    session.close("other").await.unwrap();
+    let alive = |p: &Path| {
+        std::fs::read_to_string(p.join("stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    for _ in 0..500 {
+        if !alive(&proc_dir) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!alive(&proc_dir), "killed at the session's end");
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn async_output_reaches_the_model_on_the_next_turn_of_an_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let hooks = tempfile::tempdir().unwrap();
+    let h = hooks.path();
+    // It waits for the test's go-ahead: a turn that waited for it would time out.
+    let note = script(
+        h,
+        "note.sh",
+        &format!(
+            r#"cat > /dev/null
+while [ ! -e {h}/go ]; do sleep 0.02; done
+echo '{{"hookSpecificOutput": {{"hookEventName": "PostToolUse", "additionalContext": "index rebuilt"}}}}'
+touch {h}/done"#,
+            h = h.display()
+        ),
+    );
+    let s = settings(
+        json!({ "hooks": { "PostToolUse": [{ "matcher": "list_dir", "hooks": [
+        { "type": "command", "command": note, "async": true, "timeout": 5 }
+    ] }] } }),
+    );
+    let agent = Agent::builder()
+        .provider(
+            ScriptedProvider::new()
+                .turn(ScriptTurn::text("Looking.").call("list_dir", json!({})))
+                .turn(ScriptTurn::text("Done."))
+                .turn(ScriptTurn::text("Again.")),
+        )
+        .approver(PolicyApprover::allow())
+        .claude_settings(&s)
+        .build()
+        .await
+        .unwrap();
+    let session = agent
+        .open_session(SessionOptions::new(&ws).id("agent-async"))
+        .await
+        .unwrap();
+    let first = session.run_turn("look").await.unwrap();
+    assert_eq!(first.reason, TerminalReason::Completed);
+    assert!(
+        !h.join("done").exists(),
+        "the turn did not wait for the hook"
+    );
+    std::fs::write(h.join("go"), "").unwrap();
+    wait_for_file(&h.join("done")).await;
+    // Give the job's task the moment between the script's exit and its delivery.
+    let mut reminder = None;
+    for _ in 0..100 {
+        session.run_turn("again").await.unwrap();
+        let messages = session.messages().await.unwrap();
+        reminder = messages
+            .iter()
+            .find(|m| {
+                m.content.contains("<system-reminder>") && m.content.contains("index rebuilt")
+            })
+            .map(|m| m.content.clone());
+        if reminder.is_some() {
+            break;
+        }
+    }
+    let reminder = reminder.expect("the background hook's context reached the model");
+    assert!(!reminder.contains("hookSpecificOutput"), "{reminder}");
+    session.close().await.unwrap();
+    agent.shutdown(Duration::from_secs(5)).await;
 }
 
 // ---- item 8: the exact hook input ----

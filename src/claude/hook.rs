@@ -1,18 +1,20 @@
 //! [`ClaudeHook`]: one settings handler as a hookbus [`Hook`], folded with every other hook.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
 
+use super::background::{AsyncDelivery, Background, JobSpec};
 use super::input::hook_input;
 use super::output::{interpret, HandlerReport};
-use super::run::{run, RunCx};
-use super::settings::{ClaudeSettings, CompatOptions, Handler};
+use super::run::{self, Job, Mode, Ran, Raw, RunCx};
+use super::settings::{AsyncMode, ClaudeSettings, CompatOptions, Handler, HandlerKind};
 use crate::model::action::Reply;
 use crate::model::error::{Error, HookError};
+use crate::model::event::{Envelope, EventKind};
 use crate::model::filter::ToolFilter;
 use crate::model::hook::{Hook, HookCx, HookOptions};
 use crate::runtime::bus::Bus;
@@ -34,13 +36,14 @@ pub struct HandlerRun {
     pub report: HandlerReport,
 }
 
-/// A Claude Code settings handler (command or HTTP) as a hook: it runs the handler on its
-/// event with the event's JSON on stdin and answers what the output says.
+/// A Claude Code settings handler (command or HTTP) as a hook: it runs the handler on its event
+/// with the event's input (Claude Code's fields) and answers what the output says.
 pub struct ClaudeHook {
     name: String,
     handler: Arc<Handler>,
     after: Option<String>,
     options: Arc<CompatOptions>,
+    background: Arc<Background>,
 }
 
 impl std::fmt::Debug for ClaudeHook {
@@ -59,25 +62,41 @@ fn hook_name(index: usize, h: &Handler) -> String {
 
 impl ClaudeSettings {
     /// The handlers as hooks, in settings order (register them in this order so the fold
-    /// follows settings order).
-    pub fn hooks(&self) -> Vec<ClaudeHook> {
+    /// follows settings order), then, when there is a command handler, the hook that delivers
+    /// background handlers' output to the session's next event and kills a session's
+    /// background handlers at its end (named [`ASYNC_HOOK_NAME`](super::ASYNC_HOOK_NAME)).
+    pub fn hooks(&self) -> Vec<Arc<dyn Hook>> {
         let options = Arc::new(self.options.clone());
-        self.handlers
+        let background = Arc::new(Background::default());
+        let mut hooks: Vec<Arc<dyn Hook>> = self
+            .handlers
             .iter()
             .enumerate()
-            .map(|(i, h)| ClaudeHook {
-                name: hook_name(i, h),
-                after: h.after.map(|a| hook_name(a, &self.handlers[a])),
-                handler: Arc::new(h.clone()),
-                options: options.clone(),
+            .map(|(i, h)| {
+                Arc::new(ClaudeHook {
+                    name: hook_name(i, h),
+                    after: h.after.map(|a| hook_name(a, &self.handlers[a])),
+                    handler: Arc::new(h.clone()),
+                    options: options.clone(),
+                    background: background.clone(),
+                }) as Arc<dyn Hook>
             })
-            .collect()
+            .collect();
+        let commands = self
+            .handlers
+            .iter()
+            .any(|h| matches!(h.kind, HandlerKind::Command { .. }));
+        if commands {
+            hooks.push(Arc::new(AsyncDelivery { background }));
+        }
+        hooks
     }
 
-    /// Registers every handler on `bus` as a global hook, in settings order.
+    /// Registers every handler on `bus` as a global hook, in settings order (with the
+    /// background delivery hook of [`hooks`](Self::hooks)).
     pub async fn register(&self, bus: &Bus) -> Result<(), Error> {
         for hook in self.hooks() {
-            bus.register(hook).await?;
+            bus.register_arc(hook).await?;
         }
         Ok(())
     }
@@ -87,6 +106,103 @@ impl ClaudeHook {
     /// The handler it runs.
     pub fn handler(&self) -> &Handler {
         &self.handler
+    }
+
+    /// Runs the handler on the event of `cx` and reads its result.
+    async fn run(&self, cx: &HookCx) -> HandlerReport {
+        let env = cx.envelope();
+        let input = hook_input(env, self.options.hookbus_extensions).to_string();
+        let h = &self.handler;
+        match &h.kind {
+            HandlerKind::Http {
+                url,
+                headers,
+                allowed_env_vars,
+            } => {
+                let (cwd, project_dir) = self.places(env);
+                let run_cx = self.run_cx(cx, input.as_bytes(), &cwd, &project_dir, Mode::Wait);
+                let (raw, elapsed) = run::http(url, headers, allowed_env_vars, run_cx).await;
+                self.read(env.kind(), raw, elapsed)
+            }
+            HandlerKind::Command { command, args } => {
+                let (cwd, project_dir) = self.places(env);
+                let mode = self.mode(env.kind());
+                let run_cx = self.run_cx(cx, input.as_bytes(), &cwd, &project_dir, mode);
+                match run::command(command, args.as_deref(), run_cx).await {
+                    (Ran::Done(raw), elapsed) => self.read(env.kind(), raw, elapsed),
+                    (Ran::Detached(job), elapsed) => self.detach(&env.session_id, job, elapsed),
+                }
+            }
+        }
+    }
+
+    /// The hooks' working directory (the session's cwd) and `CLAUDE_PROJECT_DIR`.
+    fn places(&self, env: &Envelope) -> (PathBuf, PathBuf) {
+        let cwd = if env.fields.cwd.is_empty() {
+            std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+        } else {
+            PathBuf::from(&env.fields.cwd)
+        };
+        let project_dir = self
+            .options
+            .project_dir
+            .clone()
+            .unwrap_or_else(|| cwd.clone());
+        (cwd, project_dir)
+    }
+
+    /// Where and how a command or http handler runs.
+    fn run_cx<'a>(
+        &self,
+        cx: &'a HookCx,
+        input: &'a [u8],
+        cwd: &'a Path,
+        project_dir: &'a Path,
+        mode: Mode,
+    ) -> RunCx<'a> {
+        RunCx {
+            input,
+            cwd,
+            project_dir,
+            timeout: self.handler.timeout,
+            cap: self.options.output_cap,
+            cancel: cx.cancellation(),
+            mode,
+        }
+    }
+
+    /// Whether a command run may go to the background: not on SessionEnd (the session's jobs
+    /// die with it), at once with `async` / `asyncRewake`, else when it says so first.
+    fn mode(&self, event: EventKind) -> Mode {
+        match self.handler.async_mode {
+            _ if event == EventKind::SessionEnd => Mode::Wait,
+            AsyncMode::Off => Mode::Detachable,
+            AsyncMode::Async | AsyncMode::Rewake => Mode::Background,
+        }
+    }
+
+    /// Reads a run that ended while the event waited.
+    fn read(&self, event: EventKind, raw: Raw, elapsed: Duration) -> HandlerReport {
+        let mut report = interpret(
+            event,
+            raw,
+            self.handler.on_failure_block,
+            self.options.json_over_exit_2,
+        );
+        report.duration_ms = elapsed.as_millis() as u64;
+        report
+    }
+
+    /// Leaves a run to the background: no decision now.
+    fn detach(&self, session: &str, job: Job, elapsed: Duration) -> HandlerReport {
+        let spec = JobSpec {
+            rewake: self.handler.async_mode == AsyncMode::Rewake,
+            hook: self.name.clone(),
+        };
+        self.background.adopt(session, job, spec);
+        let mut report = HandlerReport::backgrounded();
+        report.duration_ms = elapsed.as_millis() as u64;
+        report
     }
 
     /// The first of the handler's groups whose matcher accepts the event, and whether its `if`
@@ -160,40 +276,9 @@ impl Hook for ClaudeHook {
         let Some((matcher, passes)) = self.applies(cx) else {
             return Ok(Reply::proceed());
         };
-        let env = cx.envelope();
-        let kind = env.kind();
+        let kind = cx.envelope().kind();
         let report = if passes {
-            let input = hook_input(env, self.options.hookbus_extensions).to_string();
-            let cwd = if env.fields.cwd.is_empty() {
-                std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
-            } else {
-                PathBuf::from(&env.fields.cwd)
-            };
-            let project_dir = self
-                .options
-                .project_dir
-                .clone()
-                .unwrap_or_else(|| cwd.clone());
-            let (raw, elapsed) = run(
-                &self.handler.kind,
-                RunCx {
-                    input: input.as_bytes(),
-                    cwd: &cwd,
-                    project_dir: &project_dir,
-                    timeout: self.handler.timeout,
-                    cap: self.options.output_cap,
-                    cancel: cx.cancellation(),
-                },
-            )
-            .await;
-            let mut report = interpret(
-                kind,
-                raw,
-                self.handler.on_failure_block,
-                self.options.json_over_exit_2,
-            );
-            report.duration_ms = elapsed.as_millis() as u64;
-            report
+            self.run(cx).await
         } else {
             HandlerReport::skipped()
         };

@@ -10,6 +10,10 @@
 //!   (CC-3). An `http` handler POSTs the same JSON.
 //! * The input is exactly Claude Code's fields for the event ([`CompatOptions::hookbus_extensions`]
 //!   adds hookbus's under [`EXTENSIONS_KEY`]).
+//! * A command goes to the background with `async` / `asyncRewake` in settings, or when its
+//!   first stdout line is `{"async": true}`: the event does not wait, and what it leaves for
+//!   the model is delivered on the session's next event ([`ASYNC_HOOK_NAME`]); it is killed at
+//!   its deadline or its session's end.
 //! * The output is read as Claude Code reads it (CC-4, CC-5) into a [`HandlerReport`], which
 //!   becomes the hook's typed answer; the runtime folds the answers deterministically in settings
 //!   order (CC-6). Every run also leaves its report in the outcome's metadata under
@@ -28,6 +32,7 @@
 //! # Ok(()) }
 //! ```
 
+mod background;
 mod hook;
 mod input;
 mod output;
@@ -35,11 +40,12 @@ pub mod replay;
 mod run;
 mod settings;
 
+pub use background::ASYNC_HOOK_NAME;
 pub use hook::{ClaudeHook, HandlerRun, REPORT_KEY};
 pub use input::EXTENSIONS_KEY;
 pub use output::{cap, CcDecision, HandlerOutcome, HandlerReport, CONTEXT_CAP};
 pub use settings::{
-    ClaudeSettings, CompatOptions, Handler, HandlerKind, Occurrence, SettingsWarning,
+    AsyncMode, ClaudeSettings, CompatOptions, Handler, HandlerKind, Occurrence, SettingsWarning,
 };
 
 impl crate::AgentBuilder {
@@ -47,7 +53,7 @@ impl crate::AgentBuilder {
     /// far, in settings order).
     pub fn claude_settings(mut self, settings: &ClaudeSettings) -> Self {
         for hook in settings.hooks() {
-            self = self.hook(hook);
+            self = self.hook_arc(hook);
         }
         self
     }

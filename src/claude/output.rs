@@ -32,6 +32,10 @@ pub enum HandlerOutcome {
     SkippedByIf,
     /// The turn was cancelled while it ran.
     Cancelled,
+    /// Went to the background (`async` in settings, or a first stdout line
+    /// `{"async": true}`): the event did not wait for it and it gives no decision; what it
+    /// leaves for the model reaches the session's next event.
+    Async,
 }
 
 /// The decision one handler gives.
@@ -107,6 +111,11 @@ impl HandlerReport {
     /// The report of a handler whose `if` did not match.
     pub fn skipped() -> Self {
         Self::new(HandlerOutcome::SkippedByIf, None)
+    }
+
+    /// The report of a handler that went to the background.
+    pub(crate) fn backgrounded() -> Self {
+        Self::new(HandlerOutcome::Async, None)
     }
 }
 
@@ -431,6 +440,65 @@ fn json_object(stdout: &str) -> Option<Map<String, Value>> {
             Value::Object(o) => Some(o),
             _ => None,
         })
+}
+
+/// What a background run leaves for the model, read as Claude Code reads an async hook's later
+/// output: the `hookSpecificOutput.additionalContext` and `systemMessage` of its JSON output (a
+/// field of another type is dropped); with `asyncRewake`, an exit 2 gives its stderr, else its
+/// stdout (its fields and `reason` when it is JSON). Never the JSON itself. `skip_first_line`:
+/// the run went to the background by printing `{"async": true}` first.
+pub(crate) fn background_output(raw: &Raw, rewake: bool, skip_first_line: bool) -> Vec<String> {
+    let Raw::Exited {
+        code,
+        stdout,
+        stderr,
+    } = raw
+    else {
+        return Vec::new();
+    };
+    let text = stdout.text();
+    let rest = if skip_first_line {
+        text.split_once('\n').map_or("", |(_, rest)| rest)
+    } else {
+        text.as_str()
+    };
+    let json = later_json(rest);
+    let woken = rewake && *code == Some(2);
+    if woken {
+        if let Some(err) = stderr_reason(&stderr.text()) {
+            return vec![cap(&err)];
+        }
+    }
+    match json {
+        Some(o) => async_fields(&o, woken),
+        None if woken => stderr_reason(rest).map(|t| cap(&t)).into_iter().collect(),
+        None => Vec::new(),
+    }
+}
+
+/// The JSON object a background run printed: all of `text`, or else its last line that is one.
+fn later_json(text: &str) -> Option<Map<String, Value>> {
+    json_object(text).or_else(|| text.lines().rev().find_map(json_object))
+}
+
+/// The string `additionalContext` (under `hookSpecificOutput`) and `systemMessage` of an async
+/// run's output, and with `with_reason` its `reason`, each capped.
+fn async_fields(o: &Map<String, Value>, with_reason: bool) -> Vec<String> {
+    let context = o
+        .get("hookSpecificOutput")
+        .and_then(|h| h.get("additionalContext"))
+        .and_then(Value::as_str);
+    let system = o.get("systemMessage").and_then(Value::as_str);
+    let reason = o
+        .get("reason")
+        .and_then(Value::as_str)
+        .filter(|_| with_reason);
+    [reason, context, system]
+        .into_iter()
+        .flatten()
+        .filter(|t| !t.trim().is_empty())
+        .map(cap)
+        .collect()
 }
 
 /// Stderr, trimmed, as a reason when it is not empty.

@@ -1,15 +1,18 @@
 //! Running one handler: a command (CC-3) or an HTTP endpoint, with its deadline enforced here,
-//! parent-side.
+//! parent-side. A command may go to the background (`async` in settings, or a first stdout
+//! line `{"async": true}`): it then runs on as a [`Job`], bounded by its deadline.
 
 use std::path::Path;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::settings::{expand_project_dir, HandlerKind};
-use crate::model::bounds::deadline_after;
-use crate::sys::process::run::Ended;
+use super::settings::expand_project_dir;
+use crate::model::bounds::{deadline_after, MAX_TIMEOUT};
+use crate::sys::process::run::{Ended, FirstLine};
 use crate::sys::process::{self, Captured};
 
 /// How a handler run ended, before its output is read.
@@ -39,25 +42,85 @@ pub(crate) struct RunCx<'a> {
     pub timeout: Duration,
     pub cap: usize,
     pub cancel: &'a CancellationToken,
+    pub mode: Mode,
 }
 
-/// Runs a handler and reports how it ended and how long it took.
-pub(crate) async fn run(kind: &HandlerKind, cx: RunCx<'_>) -> (Raw, Duration) {
+/// Whether a command run may go to the background.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The event waits for it to the end.
+    Wait,
+    /// The event waits, unless its first stdout line is `{"async": true}`.
+    Detachable,
+    /// It goes to the background at once (`async` in settings).
+    Background,
+}
+
+/// How a command run left the hook call.
+pub(crate) enum Ran {
+    /// It ended (or was killed) while the call waited.
+    Done(Raw),
+    /// It runs on in the background.
+    Detached(Job),
+}
+
+/// A command run in the background: its task, and the token that kills it.
+pub(crate) struct Job {
+    /// The run; it ends at its deadline at the latest.
+    pub handle: JoinHandle<Raw>,
+    /// Fires to kill the run (its process group and what escaped it).
+    pub cancel: CancellationToken,
+    /// It went to the background by printing `{"async": true}` first (that line is not part
+    /// of its output).
+    pub first_line: bool,
+}
+
+/// Runs an HTTP handler and reports how it ended and how long it took.
+pub(crate) async fn http(
+    url: &str,
+    headers: &[(String, String)],
+    allowed_env_vars: &[String],
+    cx: RunCx<'_>,
+) -> (Raw, Duration) {
     let started = Instant::now();
-    let raw = match kind {
-        HandlerKind::Command { command, args } => command_run(command, args.as_deref(), &cx).await,
-        HandlerKind::Http {
-            url,
-            headers,
-            allowed_env_vars,
-        } => http_run(url, headers, allowed_env_vars, &cx).await,
-    };
+    let raw = http_run(url, headers, allowed_env_vars, &cx).await;
     (raw, started.elapsed())
 }
 
-async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> Raw {
+/// Runs a command handler: to its end, or until it goes to the background (see [`Mode`]);
+/// reports how long the call waited.
+pub(crate) async fn command(
+    command: &str,
+    args: Option<&[String]>,
+    cx: RunCx<'_>,
+) -> (Ran, Duration) {
+    let started = Instant::now();
     // One deadline for spawn, run and output collection.
-    let deadline = deadline_after(Instant::now(), cx.timeout);
+    let deadline = deadline_after(started, cx.timeout);
+    let mut cmd = command_of(command, args, &cx);
+    let running = match process::run::spawn(&mut cmd, true) {
+        Ok(running) => running,
+        Err(e) => {
+            let raw = Raw::SpawnError(format!("cannot start `{command}`: {e}"));
+            return (Ran::Done(raw), started.elapsed());
+        }
+    };
+    // The child's exit status is the answer as soon as it exits; see `process::run` for what
+    // happens to what it leaves behind.
+    let ran = match cx.mode {
+        Mode::Wait => {
+            let ended = running.finish(cx.input, cx.cap, deadline, cx.cancel).await;
+            Ran::Done(raw_of(ended, command))
+        }
+        Mode::Background => Ran::Detached(spawn_job(running, &cx, deadline, None, command)),
+        Mode::Detachable => detachable(running, &cx, deadline, command).await,
+    };
+    (ran, started.elapsed())
+}
+
+/// The process of a command handler: exec form or `sh -c`, in the cwd, with Claude Code's
+/// variables.
+fn command_of(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> tokio::process::Command {
     let dir = Some(cx.project_dir);
     let mut cmd = match args {
         // Exec form: no shell; the project dir is substituted as plain text.
@@ -76,13 +139,12 @@ async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> 
     cmd.current_dir(cx.cwd)
         .env("CLAUDE_PROJECT_DIR", cx.project_dir)
         .env("CLAUDECODE", "1");
-    let running = match process::run::spawn(&mut cmd, true) {
-        Ok(running) => running,
-        Err(e) => return Raw::SpawnError(format!("cannot start `{command}`: {e}")),
-    };
-    // The child's exit status is the answer as soon as it exits; see `process::run` for what
-    // happens to what it leaves behind.
-    match running.finish(cx.input, cx.cap, deadline, cx.cancel).await {
+    cmd
+}
+
+/// How a run ended, in a handler's terms.
+fn raw_of(ended: Ended, command: &str) -> Raw {
+    match ended {
         Ended::Exited {
             status,
             stdout,
@@ -96,6 +158,105 @@ async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> 
         Ended::Cancelled => Raw::Cancelled,
         Ended::WaitFailed(e) => Raw::SpawnError(format!("waiting for `{command}`: {e}")),
     }
+}
+
+/// Finishes `running` on a task of its own, killed by the job's token; `first_line` watches its
+/// stdout.
+fn spawn_job(
+    running: process::run::Running,
+    cx: &RunCx<'_>,
+    deadline: Instant,
+    first_line: Option<FirstLine>,
+    command: &str,
+) -> Job {
+    let cancel = CancellationToken::new();
+    let (input, cap, token, command) = (
+        cx.input.to_vec(),
+        cx.cap,
+        cancel.clone(),
+        command.to_owned(),
+    );
+    let handle = tokio::spawn(async move {
+        let ended = running
+            .finish_watching(&input, cap, deadline, &token, first_line)
+            .await;
+        raw_of(ended, &command)
+    });
+    Job {
+        handle,
+        cancel,
+        first_line: false,
+    }
+}
+
+/// `Some(asyncTimeout)` when `line` is Claude Code's async announcement `{"async": true}`
+/// (with `asyncTimeout` in milliseconds, at most [`MAX_TIMEOUT`]).
+pub(crate) fn async_line(line: &[u8]) -> Option<Option<Duration>> {
+    let value: serde_json::Value = serde_json::from_slice(line.trim_ascii()).ok()?;
+    if value.get("async").and_then(serde_json::Value::as_bool) != Some(true) {
+        return None;
+    }
+    let timeout = value
+        .get("asyncTimeout")
+        .and_then(serde_json::Value::as_f64)
+        .filter(|ms| ms.is_finite() && *ms > 0.0)
+        .map(|ms| Duration::from_secs_f64((ms / 1000.0).min(MAX_TIMEOUT.as_secs_f64())));
+    Some(timeout)
+}
+
+/// Waits for a run whose first stdout line may send it to the background: then it is
+/// detached, with `asyncTimeout` (from that moment) as its new deadline when given. The run is
+/// killed if this wait is dropped or the call's token fires first.
+async fn detachable(
+    running: process::run::Running,
+    cx: &RunCx<'_>,
+    deadline: Instant,
+    command: &str,
+) -> Ran {
+    enum Step {
+        Cancelled,
+        Line(bool),
+        Done(Result<Raw, tokio::task::JoinError>),
+    }
+    let (tx, mut line) = oneshot::channel::<bool>();
+    let watch: FirstLine = Box::new(move |first| {
+        let announced = async_line(first);
+        let _ = tx.send(announced.is_some());
+        announced
+            .flatten()
+            .map(|t| deadline_after(Instant::now(), t))
+    });
+    let mut job = spawn_job(running, cx, deadline, Some(watch), command);
+    // Until detached, dropping this wait kills the run.
+    let guard = job.cancel.clone().drop_guard();
+    let mut seen = false;
+    loop {
+        let step = tokio::select! {
+            biased;
+            _ = cx.cancel.cancelled() => Step::Cancelled,
+            async_ = &mut line, if !seen => Step::Line(async_.unwrap_or(false)),
+            done = &mut job.handle => Step::Done(done),
+        };
+        match step {
+            Step::Line(false) => seen = true,
+            Step::Line(true) => {
+                guard.disarm();
+                job.first_line = true;
+                return Ran::Detached(job);
+            }
+            Step::Cancelled => {
+                job.cancel.cancel();
+                let _ = (&mut job.handle).await;
+                return Ran::Done(Raw::Cancelled);
+            }
+            Step::Done(done) => return Ran::Done(joined(done, command)),
+        }
+    }
+}
+
+/// A job task's result; a task that panicked or was aborted is a spawn error.
+pub(crate) fn joined(done: Result<Raw, tokio::task::JoinError>, command: &str) -> Raw {
+    done.unwrap_or_else(|e| Raw::SpawnError(format!("the run of `{command}` failed: {e}")))
 }
 
 /// Expands `$VAR` / `${VAR}` in a header value for allowed names; others become empty.

@@ -96,6 +96,22 @@ pub enum HandlerKind {
     },
 }
 
+/// Whether a command handler runs in the background (`async` / `asyncRewake` in settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AsyncMode {
+    /// The event waits for it (it may still go to the background by printing
+    /// `{"async": true}` as its first line).
+    #[default]
+    Off,
+    /// `async: true`: started in the background; the event does not wait, and the
+    /// `additionalContext` and `systemMessage` of its output reach the model on the session's
+    /// next event.
+    Async,
+    /// `asyncRewake: true`: as `Async`, and an exit 2 delivers its stderr (else its stdout)
+    /// to the model on the session's next event.
+    Rewake,
+}
+
 /// Where a handler applies: one matcher group's matcher and the handler's `if`.
 #[derive(Debug, Clone)]
 pub struct Occurrence {
@@ -126,6 +142,8 @@ pub struct Handler {
     pub occurrences: Vec<Occurrence>,
     /// In a `sequential` group: the index (in [`ClaudeSettings::handlers`]) of the handler before it.
     pub after: Option<usize>,
+    /// `async` / `asyncRewake` (command handlers).
+    pub async_mode: AsyncMode,
 }
 
 impl Handler {
@@ -386,13 +404,7 @@ impl Loader<'_> {
         let occurrence = self.with_if(file, path, event, h, occurrence)?;
         let timeout = self.timeout(file, path, event, h);
         let on_failure_block = self.on_failure_block(file, path, h);
-        if h.get("async").and_then(Value::as_bool) == Some(true) {
-            self.warn(
-                file,
-                &format!("{path}.async"),
-                "async handlers are not supported; it runs synchronously",
-            );
-        }
+        let async_mode = self.async_mode(file, path, event, &kind, h);
         let handler = Handler {
             source: file.to_owned(),
             path: path.to_owned(),
@@ -402,8 +414,68 @@ impl Loader<'_> {
             on_failure_block,
             occurrences: vec![occurrence],
             after,
+            async_mode,
         };
         Some(self.add(handler, sequential))
+    }
+
+    /// `async` / `asyncRewake`: command handlers only, and not on SessionEnd (the session ends
+    /// right after, and its background jobs with it), each refusal warned.
+    fn async_mode(
+        &mut self,
+        file: &str,
+        path: &str,
+        event: EventKind,
+        kind: &HandlerKind,
+        h: &Map<String, Value>,
+    ) -> AsyncMode {
+        let mut flag = |key: &str| match h.get(key) {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                self.warn(
+                    file,
+                    &format!("{path}.{key}"),
+                    format!("must be true or false, not {other}; false applies"),
+                );
+                false
+            }
+        };
+        let mode = match (flag("async"), flag("asyncRewake")) {
+            (_, true) => AsyncMode::Rewake,
+            (true, false) => AsyncMode::Async,
+            (false, false) => return AsyncMode::Off,
+        };
+        let key = if mode == AsyncMode::Rewake {
+            "asyncRewake"
+        } else {
+            "async"
+        };
+        if !matches!(kind, HandlerKind::Command { .. }) {
+            self.warn(
+                file,
+                &format!("{path}.{key}"),
+                "only command handlers run in the background; this one runs synchronously",
+            );
+            return AsyncMode::Off;
+        }
+        if event == EventKind::SessionEnd {
+            self.warn(
+                file,
+                &format!("{path}.{key}"),
+                "a background job would be killed as the session ends; on SessionEnd it runs \
+                 synchronously, within the SessionEnd budget",
+            );
+            return AsyncMode::Off;
+        }
+        if h.get("onFailure").and_then(Value::as_str) == Some("block") {
+            self.warn(
+                file,
+                &format!("{path}.onFailure"),
+                "ignored for a background handler: it cannot block",
+            );
+        }
+        mode
     }
 
     /// What a handler runs, by its `type`; `None` (warned) when the type is missing or unsupported.
