@@ -107,9 +107,9 @@ struct ReadmeDoctests;
 pub use agent::{
     system_reminder, tools, Agent, AgentBuilder, AgentSession, CallResult, CallStatus, Limits,
     Message, ModelRequest, ModelResponse, Pipeline, Provider, ProviderError, Role, Script,
-    ScriptCall, ScriptError, ScriptTurn, ScriptedProvider, SessionOptions, TaskTool,
-    TerminalReason, Tool, ToolCall, ToolCx, ToolError, ToolSpec, TurnMetrics, TurnResult, Usage,
-    DEFAULT_APPROVAL_TIMEOUT,
+    ScriptCall, ScriptError, ScriptTurn, ScriptedProvider, SessionOptions, SessionProvider,
+    TaskTool, TerminalReason, Tool, ToolCall, ToolCx, ToolError, ToolSpec, TurnMetrics, TurnResult,
+    Usage, DEFAULT_APPROVAL_TIMEOUT,
 };
 pub use async_trait::async_trait;
 pub use model::{

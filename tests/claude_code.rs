@@ -108,7 +108,7 @@ fn files_merge_in_order_and_warnings_name_file_and_path() {
                     { "matcher": 7, "hooks": [cmd("echo bad-matcher")] },
                     { "hooks": [
                         cmd("echo project"),
-                        { "type": "prompt", "prompt": "x" },
+                        { "type": "agent", "prompt": "x" },
                         { "type": "teleport" },
                         { "type": "command", "command": "echo t", "timeout": -3 },
                         { "type": "command", "command": "echo t2", "timeout": "10" }

@@ -1,10 +1,11 @@
 //! Claude Code's hook protocol, beyond exit codes and JSON output: the exact input each event's
-//! handler receives and the async protocol (background handlers). Fixture hook scripts are
-//! written into a temporary directory here.
+//! handler receives, the async protocol (background handlers), and `prompt` handlers answered
+//! by a model provider. Fixture hook scripts are written into a temporary directory here.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hookbus::claude::{
@@ -12,6 +13,7 @@ use hookbus::claude::{
     REPORT_KEY,
 };
 use hookbus::*;
+use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 // ---- helpers ----
@@ -628,4 +630,309 @@ async fn hookbus_extensions_are_opt_in_under_one_key() {
             assert!(found.is_some(), "{event}: no {key} in {ext}");
         }
     }
+}
+
+// ---- item 9: prompt handlers ----
+
+/// A provider that records the requests it gets and answers from a script.
+struct Recording {
+    inner: ScriptedProvider,
+    seen: Mutex<Vec<Vec<Message>>>,
+}
+
+#[async_trait]
+impl Provider for Recording {
+    async fn complete(
+        &self,
+        request: ModelRequest<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<ModelResponse, ProviderError> {
+        self.seen.lock().push(request.messages.to_vec());
+        self.inner.complete(request, cancel).await
+    }
+}
+
+fn answers(texts: &[&str]) -> ScriptedProvider {
+    texts
+        .iter()
+        .fold(ScriptedProvider::new(), |p, t| p.turn(ScriptTurn::text(*t)))
+}
+
+fn prompt_hook(event: &str, extra: Value) -> Value {
+    let mut handler =
+        json!({ "type": "prompt", "prompt": "Refuse destructive commands. Input: $ARGUMENTS" });
+    if let (Some(h), Some(e)) = (handler.as_object_mut(), extra.as_object()) {
+        h.extend(e.clone());
+    }
+    json!({ "hooks": { event: [{ "hooks": [handler] }] } })
+}
+
+#[tokio::test]
+async fn a_prompt_hook_blocks_through_a_scripted_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = Arc::new(Recording {
+        inner: answers(&[
+            r#"{"ok": false, "reason": "rm -rf is destructive"}"#,
+            r#"{"ok": true}"#,
+        ]),
+        seen: Mutex::new(Vec::new()),
+    });
+    let s = settings(prompt_hook("PreToolUse", json!({}))).with_provider(provider.clone());
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let bus = Bus::new();
+    s.register(&bus).await.unwrap();
+    let session = open(&bus, "prompt-1", dir.path()).await;
+
+    let o = session
+        .dispatch(pre("Bash", json!({ "command": "rm -rf /" }), "t1"))
+        .await
+        .unwrap();
+    assert!(o.is_blocked());
+    assert_eq!(o.reason_text(), "rm -rf is destructive");
+    assert_eq!(
+        o.stop.as_ref().map(|s| s.value.as_str()),
+        Some("rm -rf is destructive"),
+        "without continueOnBlock the turn ends"
+    );
+    assert_eq!(runs(&o)[0].report.outcome, HandlerOutcome::BlockingError);
+    // The model saw the prompt with $ARGUMENTS replaced by the hook input.
+    let seen = provider.seen.lock().clone();
+    let asked = &seen[0].last().unwrap().content;
+    let (head, input) = asked.split_once("Input: ").unwrap();
+    assert_eq!(head, "Refuse destructive commands. ");
+    let input: Value = serde_json::from_str(input).unwrap();
+    assert_eq!(input["tool_input"]["command"], "rm -rf /");
+    assert_eq!(input["hook_event_name"], "PreToolUse");
+
+    let o = session
+        .dispatch(pre("Bash", json!({ "command": "ls" }), "t2"))
+        .await
+        .unwrap();
+    assert_eq!(o.decision, Decision::Continue);
+    session.close("other").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn prompt_answers_on_stop_and_bad_answers_fail_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = answers(&[
+        r#"{"ok": false, "reason": "run the tests first"}"#,
+        r#"{"ok": false, "reason": "cannot", "impossible": true}"#,
+        "I think it is fine.",
+        r#"```json
+{"ok": "yes"}
+```"#,
+    ]);
+    let s = settings(prompt_hook("Stop", json!({}))).with_provider(Arc::new(provider));
+    let bus = Bus::new();
+    s.register(&bus).await.unwrap();
+    let session = open(&bus, "prompt-2", dir.path()).await;
+    let stop = || {
+        Event::Stop(Stop {
+            stop_hook_active: false,
+            last_assistant_message: Some("done".into()),
+        })
+    };
+
+    let o = session.dispatch(stop()).await.unwrap();
+    assert!(o.is_blocked(), "the reason becomes the next instruction");
+    assert_eq!(o.reason_text(), "run the tests first");
+    let o = session.dispatch(stop()).await.unwrap();
+    assert_eq!(
+        o.decision,
+        Decision::Continue,
+        "impossible: the agent may stop"
+    );
+    for _ in 0..2 {
+        let o = session.dispatch(stop()).await.unwrap();
+        assert_eq!(o.decision, Decision::Continue, "fail open");
+        assert_eq!(runs(&o)[0].report.outcome, HandlerOutcome::NonBlockingError);
+        assert_eq!(o.warnings.len(), 1, "{:?}", o.warnings);
+    }
+    session.close("other").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prompt_hook_past_its_timeout_fails_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = ScriptedProvider::new().turn(
+        ScriptTurn::text(r#"{"ok": false, "reason": "too late"}"#).delay(Duration::from_secs(60)),
+    );
+    let s =
+        settings(prompt_hook("PreToolUse", json!({ "timeout": 2 }))).with_provider(Arc::new(slow));
+    let bus = Bus::new();
+    s.register(&bus).await.unwrap();
+    let session = open(&bus, "prompt-3", dir.path()).await;
+    let started = tokio::time::Instant::now();
+    let o = session
+        .dispatch(pre("Bash", json!({ "command": "rm x" }), "t1"))
+        .await
+        .unwrap();
+    assert_eq!(o.decision, Decision::Continue);
+    assert_eq!(runs(&o)[0].report.outcome, HandlerOutcome::Timeout);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(60),
+        "{waited:?}"
+    );
+    session.close("other").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn without_a_provider_a_prompt_hook_fails_open_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(prompt_hook("PreToolUse", json!({})));
+    let bus = Bus::new();
+    s.register(&bus).await.unwrap();
+    let session = open(&bus, "prompt-4", dir.path()).await;
+    let o = session
+        .dispatch(pre("Bash", json!({ "command": "rm x" }), "t1"))
+        .await
+        .unwrap();
+    assert_eq!(o.decision, Decision::Continue);
+    assert!(
+        o.warnings[0].value.contains("no model provider"),
+        "{:?}",
+        o.warnings
+    );
+    session.close("other").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn in_an_agent_a_prompt_hook_asks_the_sessions_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    // One script serves the session: its first answer asks for a call, the second is the
+    // prompt hook's verdict on that call.
+    let provider = ScriptedProvider::new()
+        .turn(ScriptTurn::text("Listing.").call("list_dir", json!({})))
+        .turn(ScriptTurn::text(
+            r#"{"ok": false, "reason": "no listing today"}"#,
+        ))
+        .turn(ScriptTurn::text("Done."));
+    let s = settings(
+        json!({ "hooks": { "PreToolUse": [{ "matcher": "list_dir", "hooks": [
+        { "type": "prompt", "prompt": "May it list? $ARGUMENTS", "continueOnBlock": true }
+    ] }] } }),
+    );
+    let agent = Agent::builder()
+        .provider(provider)
+        .approver(PolicyApprover::allow())
+        .claude_settings(&s)
+        .build()
+        .await
+        .unwrap();
+    let session = agent.open_session(SessionOptions::new(&ws)).await.unwrap();
+    let result = session.run_turn("list").await.unwrap();
+    assert_eq!(result.calls.len(), 1);
+    assert_eq!(result.calls[0].status, CallStatus::Blocked);
+    assert!(!result.calls[0].executed);
+    assert!(
+        result.calls[0].content.contains("no listing today"),
+        "{}",
+        result.calls[0].content
+    );
+    assert_eq!(
+        result.reason,
+        TerminalReason::Completed,
+        "continueOnBlock: the turn goes on"
+    );
+    assert_eq!(result.text, "Done.");
+    session.close().await.unwrap();
+    agent.shutdown(Duration::from_secs(5)).await;
+}
+
+#[test]
+fn agent_and_mcp_tool_handlers_keep_a_warning_and_prompt_handlers_load() {
+    let s = settings(json!({ "hooks": {
+        "PreToolUse": [{ "hooks": [
+            { "type": "agent", "prompt": "verify" },
+            { "type": "mcp_tool", "server": "s", "tool": "t" },
+            { "type": "prompt", "prompt": "ok?", "model": "haiku" }
+        ] }],
+        "SessionStart": [{ "hooks": [{ "type": "prompt", "prompt": "hello" }] }]
+    } }));
+    assert_eq!(s.handlers.len(), 1);
+    assert_eq!(s.handlers[0].timeout, Duration::from_secs(30));
+    let at = |path: &str| {
+        s.warnings
+            .iter()
+            .find(|w| w.path == path)
+            .map(|w| w.message.clone())
+    };
+    assert!(at("hooks.PreToolUse[0].hooks[0].type")
+        .unwrap()
+        .contains("`agent` is not supported"));
+    assert!(at("hooks.PreToolUse[0].hooks[1].type")
+        .unwrap()
+        .contains("`mcp_tool` is not supported"));
+    assert!(at("hooks.PreToolUse[0].hooks[2].model").is_some());
+    assert!(at("hooks.SessionStart[0].hooks[0].type")
+        .unwrap()
+        .contains("SessionStart"));
+}
+
+#[test]
+fn replay_asks_the_provider_given_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let write = |name: &str, text: &str| {
+        std::fs::write(d.join(name), text).unwrap();
+        d.join(name).display().to_string()
+    };
+    let settings = write(
+        "settings.json",
+        &prompt_hook("PreToolUse", json!({})).to_string(),
+    );
+    let transcript = write(
+        "t.jsonl",
+        r#"{"type":"assistant","sessionId":"s","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"rm -rf /"}}]}}
+"#,
+    );
+    let script = write(
+        "answers.json",
+        &json!({ "turns": [{ "text": "{\"ok\": false, \"reason\": \"not on my watch\"}" }] })
+            .to_string(),
+    );
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookbus"))
+            .args([
+                "replay",
+                "--settings",
+                &settings,
+                "--transcript",
+                &transcript,
+                "--format",
+                "json",
+            ])
+            .args(extra)
+            .current_dir(d)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--provider", &format!("scripted:{script}")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(line["decision"], "deny");
+    assert_eq!(line["reason"], "not on my watch");
+    assert_eq!(line["handlers"][0]["outcome"], "blocking_error");
+
+    let out = run(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--provider"), "{stderr}");
+    let line: Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(line["decision"], "none", "fails open");
+
+    let out = run(&["--provider", "openai:gpt"]);
+    assert!(!out.status.success());
 }

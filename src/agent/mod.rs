@@ -39,7 +39,8 @@ use crate::sys::sandbox::SandboxPolicy;
 
 pub use pipeline::{system_reminder, CallResult, CallStatus, Pipeline, DEFAULT_APPROVAL_TIMEOUT};
 pub use provider::{
-    Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, ToolSpec, Usage,
+    Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, SessionProvider, ToolSpec,
+    Usage,
 };
 #[cfg(feature = "service")]
 pub(crate) use run::cut_text;
@@ -471,6 +472,10 @@ pub(crate) async fn open(
         inner.permissions.set_mode(&id, mode).await?;
     }
     let provider = options.provider.unwrap_or_else(|| inner.provider.clone());
+    // Hooks that ask the session's model find it here (before SessionStart fires).
+    session
+        .scratchpad()
+        .insert(SessionProvider::KEY, SessionProvider(provider.clone()));
     let shared = Arc::new(LoopShared {
         sandbox: options.sandbox.or(inner.sandbox),
         id: id.clone(),

@@ -1,11 +1,14 @@
 //! The model behind the agent loop: the [`Provider`] trait and the messages it reads and writes.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::tool::ToolCall;
+use crate::model::scratchpad::Scratchpad;
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,6 +191,32 @@ impl ProviderError {
             "server_error" => Self::Server(message),
             _ => Self::Other(message),
         }
+    }
+}
+
+/// The model provider of an agent session, as its session's [`Scratchpad`] holds it (under
+/// [`SessionProvider::KEY`]), so that hooks can ask the session's own model (Claude Code
+/// `prompt` handlers do). The agent puts it there when it opens the session.
+///
+/// [`Scratchpad`]: crate::Scratchpad
+#[derive(Clone)]
+pub struct SessionProvider(pub Arc<dyn Provider>);
+
+impl SessionProvider {
+    /// The scratchpad key.
+    pub const KEY: &'static str = "hookbus.session_provider";
+
+    /// The session's provider, when its scratchpad holds one.
+    pub fn of(scratchpad: &Scratchpad) -> Option<Arc<dyn Provider>> {
+        scratchpad.get::<SessionProvider>(Self::KEY).map(|p| p.0)
+    }
+}
+
+impl std::fmt::Debug for SessionProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SessionProvider")
+            .field(&self.0.model())
+            .finish()
     }
 }
 

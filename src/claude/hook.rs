@@ -10,8 +10,10 @@ use serde_json::Value;
 use super::background::{AsyncDelivery, Background, JobSpec};
 use super::input::hook_input;
 use super::output::{interpret, HandlerReport};
+use super::prompt::{evaluate, PromptCall};
 use super::run::{self, Job, Mode, Ran, Raw, RunCx};
 use super::settings::{AsyncMode, ClaudeSettings, CompatOptions, Handler, HandlerKind};
+use crate::agent::provider::{Provider, SessionProvider};
 use crate::model::action::Reply;
 use crate::model::error::{Error, HookError};
 use crate::model::event::{Envelope, EventKind};
@@ -36,14 +38,15 @@ pub struct HandlerRun {
     pub report: HandlerReport,
 }
 
-/// A Claude Code settings handler (command or HTTP) as a hook: it runs the handler on its event
-/// with the event's input (Claude Code's fields) and answers what the output says.
+/// A Claude Code settings handler (command, HTTP or prompt) as a hook: it runs the handler on
+/// its event with the event's input (Claude Code's fields) and answers what the output says.
 pub struct ClaudeHook {
     name: String,
     handler: Arc<Handler>,
     after: Option<String>,
     options: Arc<CompatOptions>,
     background: Arc<Background>,
+    provider: Option<Arc<dyn Provider>>,
 }
 
 impl std::fmt::Debug for ClaudeHook {
@@ -55,9 +58,18 @@ impl std::fmt::Debug for ClaudeHook {
     }
 }
 
-/// A hook name that is unique per handler and says where it came from.
+/// A hook name that is unique per handler and says where it came from (a prompt by the start
+/// of its first line).
 fn hook_name(index: usize, h: &Handler) -> String {
-    format!("cc#{index} {}", h.command())
+    match &h.kind {
+        HandlerKind::Prompt { prompt, .. } => {
+            let line = prompt.lines().next().unwrap_or_default();
+            let head: String = line.chars().take(60).collect();
+            let more = if head.len() < prompt.len() { "…" } else { "" };
+            format!("cc#{index} prompt: {head}{more}")
+        }
+        _ => format!("cc#{index} {}", h.command()),
+    }
 }
 
 impl ClaudeSettings {
@@ -79,6 +91,7 @@ impl ClaudeSettings {
                     handler: Arc::new(h.clone()),
                     options: options.clone(),
                     background: background.clone(),
+                    provider: self.provider().cloned(),
                 }) as Arc<dyn Hook>
             })
             .collect();
@@ -114,6 +127,11 @@ impl ClaudeHook {
         let input = hook_input(env, self.options.hookbus_extensions).to_string();
         let h = &self.handler;
         match &h.kind {
+            HandlerKind::Prompt {
+                prompt,
+                continue_on_block,
+                ..
+            } => self.prompt(cx, prompt, &input, *continue_on_block).await,
             HandlerKind::Http {
                 url,
                 headers,
@@ -134,6 +152,35 @@ impl ClaudeHook {
                 }
             }
         }
+    }
+
+    /// Asks the model (the settings' provider, else the session's) about the event.
+    async fn prompt(
+        &self,
+        cx: &HookCx,
+        prompt: &str,
+        input: &str,
+        continue_on_block: bool,
+    ) -> HandlerReport {
+        let started = tokio::time::Instant::now();
+        let env = cx.envelope();
+        let provider = self
+            .provider
+            .clone()
+            .or_else(|| SessionProvider::of(cx.scratchpad()));
+        let call = PromptCall {
+            prompt,
+            input,
+            event: env.kind(),
+            session_id: &env.session_id,
+            continue_on_block,
+            on_failure_block: self.handler.on_failure_block,
+            timeout: self.handler.timeout,
+            cancel: cx.cancellation(),
+        };
+        let mut report = evaluate(provider, call).await;
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        report
     }
 
     /// The hooks' working directory (the session's cwd) and `CLAUDE_PROJECT_DIR`.

@@ -7,7 +7,9 @@
 //! * Each handler becomes a [`ClaudeHook`]: a `command` runs through `sh -c` (or exec form with
 //!   `args`) with the event's input on stdin, in the session's cwd, with `CLAUDE_PROJECT_DIR`
 //!   and `CLAUDECODE=1`; its deadline is enforced here and kills the whole process group
-//!   (CC-3). An `http` handler POSTs the same JSON.
+//!   (CC-3). An `http` handler POSTs the same JSON; a `prompt` handler asks a model
+//!   [`Provider`](crate::Provider) (the one given with [`ClaudeSettings::with_provider`], else
+//!   the agent session's own) and reads its `{"ok", "reason"}` answer.
 //! * The input is exactly Claude Code's fields for the event ([`CompatOptions::hookbus_extensions`]
 //!   adds hookbus's under [`EXTENSIONS_KEY`]).
 //! * A command goes to the background with `async` / `asyncRewake` in settings, or when its
@@ -36,6 +38,7 @@ mod background;
 mod hook;
 mod input;
 mod output;
+mod prompt;
 pub mod replay;
 mod run;
 mod settings;
@@ -44,8 +47,10 @@ pub use background::ASYNC_HOOK_NAME;
 pub use hook::{ClaudeHook, HandlerRun, REPORT_KEY};
 pub use input::EXTENSIONS_KEY;
 pub use output::{cap, CcDecision, HandlerOutcome, HandlerReport, CONTEXT_CAP};
+pub use prompt::{with_arguments, PROMPT_SYSTEM};
 pub use settings::{
     AsyncMode, ClaudeSettings, CompatOptions, Handler, HandlerKind, Occurrence, SettingsWarning,
+    PROMPT_HANDLER_TIMEOUT,
 };
 
 impl crate::AgentBuilder {

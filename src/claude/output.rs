@@ -117,6 +117,12 @@ impl HandlerReport {
     pub(crate) fn backgrounded() -> Self {
         Self::new(HandlerOutcome::Async, None)
     }
+
+    /// A report with this outcome, exit code and nothing else (for handlers other than
+    /// commands, which read their result themselves).
+    pub(crate) fn with_outcome(outcome: HandlerOutcome, exit_code: Option<i32>) -> Self {
+        Self::new(outcome, exit_code)
+    }
 }
 
 /// Cuts a string at [`CONTEXT_CAP`] characters, keeping the head and noting the cut.
@@ -580,6 +586,106 @@ fn block_on_exit2(event: EventKind, r: &mut HandlerReport, reason: Option<String
             ))
         }
     }
+}
+
+/// A prompt handler that could not decide (no provider, timeout, model error, an answer out of
+/// schema): as a failed command run.
+pub(crate) fn prompt_failure(
+    event: EventKind,
+    outcome: HandlerOutcome,
+    on_failure_block: bool,
+    message: String,
+) -> HandlerReport {
+    failure(event, outcome, None, on_failure_block, message)
+}
+
+/// Reads a prompt handler's answer, `{"ok": bool, "reason"?: string, "impossible"?: bool}`
+/// (in a ```` ``` ```` fence or not). `ok: false` blocks with the reason: Stop and SubagentStop
+/// go on with it as the next instruction (not with `impossible: true`); PreToolUse denies the
+/// call and, without `continueOnBlock`, ends the turn; PostToolUse gives it as feedback and,
+/// without `continueOnBlock`, ends the turn; PostToolUseFailure gives it as feedback;
+/// UserPromptSubmit blocks the prompt; PermissionRequest and PermissionDenied take no effect.
+pub(crate) fn prompt_answer(
+    event: EventKind,
+    text: &str,
+    continue_on_block: bool,
+    on_failure_block: bool,
+) -> HandlerReport {
+    let fail = |message: String| {
+        failure(
+            event,
+            HandlerOutcome::NonBlockingError,
+            None,
+            on_failure_block,
+            message,
+        )
+    };
+    let Some(o) = json_object(unfenced(text)) else {
+        return fail(format!(
+            "the model's answer is not a JSON object: {}",
+            cap(text.trim())
+        ));
+    };
+    let (ok, reason, impossible) = match (
+        o.get("ok").and_then(Value::as_bool),
+        opt_str(&o, "reason"),
+        opt_bool(&o, "impossible"),
+    ) {
+        (Some(ok), Ok(reason), Ok(impossible)) => (ok, reason, impossible == Some(true)),
+        (None, _, _) => {
+            return with_json(
+                fail("the model's answer has no boolean `ok`".into()),
+                Some(o),
+            )
+        }
+        (_, Err(e), _) | (_, _, Err(e)) => {
+            return with_json(
+                fail(format!("the model's answer is out of schema: {e}")),
+                Some(o),
+            )
+        }
+    };
+    let mut r = HandlerReport::new(HandlerOutcome::Success, None);
+    if !ok {
+        let reason =
+            reason.map_or_else(|| "the prompt hook's condition was not met".to_owned(), cap);
+        prompt_block(event, &mut r, reason, continue_on_block, impossible);
+    }
+    with_json(r, Some(o))
+}
+
+/// What `ok: false` does on `event` (see [`prompt_answer`]).
+fn prompt_block(
+    event: EventKind,
+    r: &mut HandlerReport,
+    reason: String,
+    continue_on_block: bool,
+    impossible: bool,
+) {
+    let ends_turn =
+        !continue_on_block && matches!(event, EventKind::PreToolUse | EventKind::PostToolUse);
+    r.decision = match event {
+        EventKind::Stop | EventKind::SubagentStop if impossible => return,
+        EventKind::PermissionRequest | EventKind::PermissionDenied => return,
+        EventKind::PreToolUse => CcDecision::Deny,
+        _ => CcDecision::Block,
+    };
+    r.outcome = HandlerOutcome::BlockingError;
+    if ends_turn {
+        r.continue_ = false;
+        r.stop_reason = Some(reason.clone());
+    }
+    r.reason = Some(reason);
+}
+
+/// `text` without a surrounding Markdown code fence.
+fn unfenced(text: &str) -> &str {
+    let t = text.trim();
+    let Some(inner) = t.strip_prefix("```").and_then(|t| t.strip_suffix("```")) else {
+        return t;
+    };
+    // An info string (`json`) ends at the first newline.
+    inner.split_once('\n').map_or(inner, |(_, body)| body)
 }
 
 /// A failed run: a non-blocking error, or with `onFailure: "block"` a block where the event can

@@ -9,13 +9,16 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::hook::{HandlerRun, REPORT_KEY};
-use super::settings::{ClaudeSettings, CompatOptions};
+use super::settings::{ClaudeSettings, CompatOptions, SettingsWarning};
+use crate::agent::provider::Provider;
+use crate::agent::scripted::ScriptedProvider;
 use crate::model::bounds::{MAX_TRANSCRIPT_BYTES, MAX_TRANSCRIPT_LINE_BYTES};
 use crate::model::error::Error;
 use crate::model::event::*;
@@ -280,7 +283,7 @@ fn tool_use(block: &Value) -> Result<ToolUse, String> {
 }
 
 /// What to replay, and how.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ReplayOptions {
     /// Settings files, merged in this order.
     pub settings: Vec<PathBuf>,
@@ -294,6 +297,41 @@ pub struct ReplayOptions {
     pub all_events: bool,
     /// Version-dependent behaviour.
     pub compat: CompatOptions,
+    /// The model that answers `prompt` handlers (see [`provider_from_spec`]); without one they
+    /// fail open, with a warning at load.
+    pub provider: Option<Arc<dyn Provider>>,
+}
+
+impl std::fmt::Debug for ReplayOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayOptions")
+            .field("settings", &self.settings)
+            .field("transcript", &self.transcript)
+            .field("cwd", &self.cwd)
+            .field("project_dir", &self.project_dir)
+            .field("all_events", &self.all_events)
+            .field("compat", &self.compat)
+            .field(
+                "provider",
+                &self.provider.as_ref().map(|p| p.model().to_owned()),
+            )
+            .finish()
+    }
+}
+
+/// A provider from its command-line form: `scripted:FILE` plays a [`ScriptedProvider`] script
+/// whose turns' texts are the models' answers, one per prompt-handler call, in order.
+pub fn provider_from_spec(spec: &str) -> Result<Arc<dyn Provider>, Error> {
+    match spec.split_once(':') {
+        Some(("scripted", file)) if !file.is_empty() => {
+            Ok(Arc::new(ScriptedProvider::load(file)?) as Arc<dyn Provider>)
+        }
+        _ => Err(Error::InvalidSetting {
+            file: "--provider".into(),
+            key: spec.to_owned(),
+            message: "a provider is given as `scripted:FILE` (a ScriptedProvider script)".into(),
+        }),
+    }
 }
 
 /// One handler in a [`ReplayLine`].
@@ -303,11 +341,13 @@ pub struct ReplayHandler {
     pub source: String,
     /// The matcher, as written (null when omitted).
     pub matcher: Option<String>,
-    /// The command or URL, as written.
+    /// The command, URL or prompt, as written.
     pub command: String,
     /// Its exit code (null on timeout or spawn failure).
     pub exit_code: Option<i32>,
-    /// `success`, `blocking_error`, `non_blocking_error`, `timeout`, `spawn_error`, `skipped_by_if`.
+    /// `success`, `blocking_error`, `non_blocking_error`, `timeout`, `spawn_error`,
+    /// `skipped_by_if`, `cancelled`, or `async` (it went to the background; what it leaves
+    /// shows as context on a later event).
     pub outcome: super::output::HandlerOutcome,
     /// Its parsed JSON output.
     pub json: Option<Value>,
@@ -450,7 +490,18 @@ impl Replay {
         };
         let mut compat = options.compat;
         compat.project_dir = Some(options.project_dir.unwrap_or_else(|| cwd.clone()));
-        let settings = ClaudeSettings::load(&options.settings, compat)?;
+        let mut settings = ClaudeSettings::load(&options.settings, compat)?;
+        match options.provider {
+            Some(provider) => settings = settings.with_provider(provider),
+            None if settings.has_prompt_handlers() => settings.warnings.push(SettingsWarning {
+                file: "hookbus replay".into(),
+                path: "--provider".into(),
+                message: "prompt handlers need a model; without one they fail open (give \
+                          `--provider scripted:FILE`)"
+                    .into(),
+            }),
+            None => {}
+        }
         let transcript = Transcript::load(&options.transcript)?;
         let transcript_path =
             std::path::absolute(&options.transcript).unwrap_or(options.transcript);
@@ -464,7 +515,7 @@ impl Replay {
     }
 
     /// The settings' warnings (print them on stderr).
-    pub fn warnings(&self) -> &[super::settings::SettingsWarning] {
+    pub fn warnings(&self) -> &[SettingsWarning] {
         &self.settings.warnings
     }
 

@@ -4,10 +4,12 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::agent::provider::Provider;
 use crate::model::bounds::{
     clamp_timeout, read_to_string_capped, timeout_from_secs, MAX_SETTINGS_BYTES, MAX_TIMEOUT,
 };
@@ -94,6 +96,16 @@ pub enum HandlerKind {
         /// Environment variables headers may use.
         allowed_env_vars: Vec<String>,
     },
+    /// A question to a model (`type: "prompt"`): `$ARGUMENTS` in the text is replaced by the
+    /// hook input, and the model answers `{"ok": bool, "reason": "..."}`.
+    Prompt {
+        /// The prompt text as written.
+        prompt: String,
+        /// `model` as written; not used (the session's provider answers), warned at load.
+        model: Option<String>,
+        /// `continueOnBlock`: a PreToolUse or PostToolUse block does not end the turn.
+        continue_on_block: bool,
+    },
 }
 
 /// Whether a command handler runs in the background (`async` / `asyncRewake` in settings).
@@ -111,6 +123,21 @@ pub enum AsyncMode {
     /// to the model on the session's next event.
     Rewake,
 }
+
+/// Timeout of a `prompt` handler without its own, as in Claude Code.
+pub const PROMPT_HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Events on which Claude Code runs `prompt` handlers (among those hookbus fires).
+const PROMPT_EVENTS: &[EventKind] = &[
+    EventKind::PreToolUse,
+    EventKind::PostToolUse,
+    EventKind::PostToolUseFailure,
+    EventKind::PermissionRequest,
+    EventKind::PermissionDenied,
+    EventKind::Stop,
+    EventKind::SubagentStop,
+    EventKind::UserPromptSubmit,
+];
 
 /// Where a handler applies: one matcher group's matcher and the handler's `if`.
 #[derive(Debug, Clone)]
@@ -147,11 +174,12 @@ pub struct Handler {
 }
 
 impl Handler {
-    /// The command (or URL) as written.
+    /// The command (or URL, or prompt text) as written.
     pub fn command(&self) -> &str {
         match &self.kind {
             HandlerKind::Command { command, .. } => command,
             HandlerKind::Http { url, .. } => url,
+            HandlerKind::Prompt { prompt, .. } => prompt,
         }
     }
 }
@@ -167,6 +195,44 @@ pub struct ClaudeSettings {
     pub disabled: bool,
     /// The behaviour settings.
     pub options: CompatOptions,
+    /// The model that answers `prompt` handlers, when given ([`with_provider`](Self::with_provider)).
+    provider: ProviderSlot,
+}
+
+/// An optional [`Provider`], shown by its model name.
+#[derive(Clone, Default)]
+struct ProviderSlot(Option<Arc<dyn Provider>>);
+
+impl fmt::Debug for ProviderSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(p) => write!(f, "Some({:?})", p.model()),
+            None => f.write_str("None"),
+        }
+    }
+}
+
+impl ClaudeSettings {
+    /// Answers `prompt` handlers with `provider` (a small, fast model, as Claude Code uses),
+    /// whatever session they run in. Without one, a prompt handler in an agent session asks
+    /// the session's own provider ([`SessionProvider`](crate::SessionProvider)); elsewhere it
+    /// fails open with a non-blocking error.
+    pub fn with_provider(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.provider = ProviderSlot(Some(provider));
+        self
+    }
+
+    /// The provider given with [`with_provider`](Self::with_provider).
+    pub fn provider(&self) -> Option<&Arc<dyn Provider>> {
+        self.provider.0.as_ref()
+    }
+
+    /// Whether any handler is a `prompt` handler.
+    pub fn has_prompt_handlers(&self) -> bool {
+        self.handlers
+            .iter()
+            .any(|h| matches!(h.kind, HandlerKind::Prompt { .. }))
+    }
 }
 
 /// The shared budget of SessionEnd handlers: 1.5 s, raised to the largest SessionEnd timeout
@@ -238,6 +304,7 @@ impl ClaudeSettings {
             warnings,
             disabled,
             options,
+            provider: ProviderSlot::default(),
         })
     }
 }
@@ -400,9 +467,9 @@ impl Loader<'_> {
             self.warn(file, path, "a handler must be an object; ignored");
             return None;
         };
-        let kind = self.handler_kind(file, path, h)?;
+        let kind = self.handler_kind(file, path, event, h)?;
         let occurrence = self.with_if(file, path, event, h, occurrence)?;
-        let timeout = self.timeout(file, path, event, h);
+        let timeout = self.timeout(file, path, event, &kind, h);
         let on_failure_block = self.on_failure_block(file, path, h);
         let async_mode = self.async_mode(file, path, event, &kind, h);
         let handler = Handler {
@@ -483,16 +550,21 @@ impl Loader<'_> {
         &mut self,
         file: &str,
         path: &str,
+        event: EventKind,
         h: &Map<String, Value>,
     ) -> Option<HandlerKind> {
         match h.get("type").and_then(Value::as_str) {
             Some("command") => self.command_kind(file, path, h),
             Some("http") => self.http_kind(file, path, h),
-            Some(t @ ("prompt" | "agent" | "mcp_tool")) => {
+            Some("prompt") => self.prompt_kind(file, path, event, h),
+            Some(t @ ("agent" | "mcp_tool")) => {
                 self.warn(
                     file,
                     &format!("{path}.type"),
-                    format!("handler type `{t}` is not supported by hookbus; ignored"),
+                    format!(
+                        "handler type `{t}` is not supported by hookbus; this handler never \
+                         runs (its gate is open)"
+                    ),
                 );
                 None
             }
@@ -551,6 +623,58 @@ impl Loader<'_> {
         Some(HandlerKind::Command {
             command: command.to_owned(),
             args,
+        })
+    }
+
+    /// A prompt handler's `prompt`, `model` and `continueOnBlock`; `None` (warned) without a
+    /// prompt or on an event where Claude Code runs no prompt handler.
+    fn prompt_kind(
+        &mut self,
+        file: &str,
+        path: &str,
+        event: EventKind,
+        h: &Map<String, Value>,
+    ) -> Option<HandlerKind> {
+        let Some(prompt) = h.get("prompt").and_then(Value::as_str) else {
+            self.warn(
+                file,
+                &format!("{path}.prompt"),
+                "a prompt handler needs a `prompt` string; ignored",
+            );
+            return None;
+        };
+        if !PROMPT_EVENTS.contains(&event) {
+            self.warn(
+                file,
+                &format!("{path}.type"),
+                format!("Claude Code runs no `prompt` handler on {event}; ignored"),
+            );
+            return None;
+        }
+        let model = h.get("model").and_then(Value::as_str).map(str::to_owned);
+        if let Some(m) = &model {
+            self.warn(
+                file,
+                &format!("{path}.model"),
+                format!("`{m}` is not used: the session's model provider answers prompt hooks"),
+            );
+        }
+        let continue_on_block = match h.get("continueOnBlock") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                self.warn(
+                    file,
+                    &format!("{path}.continueOnBlock"),
+                    "must be true or false; false applies",
+                );
+                false
+            }
+        };
+        Some(HandlerKind::Prompt {
+            prompt: prompt.to_owned(),
+            model,
+            continue_on_block,
         })
     }
 
@@ -634,12 +758,13 @@ impl Loader<'_> {
         file: &str,
         path: &str,
         event: EventKind,
+        kind: &HandlerKind,
         h: &Map<String, Value>,
     ) -> Duration {
-        let default_timeout = clamp_timeout(if event == EventKind::UserPromptSubmit {
-            self.options.prompt_timeout
-        } else {
-            self.options.default_timeout
+        let default_timeout = clamp_timeout(match kind {
+            HandlerKind::Prompt { .. } => PROMPT_HANDLER_TIMEOUT,
+            _ if event == EventKind::UserPromptSubmit => self.options.prompt_timeout,
+            _ => self.options.default_timeout,
         });
         match h.get("timeout") {
             None | Some(Value::Null) => default_timeout,
@@ -714,6 +839,7 @@ impl Loader<'_> {
                 }
             }
             HandlerKind::Http { url, .. } => format!("http\u{0}{url}"),
+            HandlerKind::Prompt { prompt, .. } => format!("prompt\u{0}{prompt}"),
         }
     }
 }

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use hookbus::claude::replay::{format_text, Replay, ReplayOptions};
+use hookbus::claude::replay::{format_text, provider_from_spec, Replay, ReplayOptions};
 use hookbus::claude::CompatOptions;
 
 /// Options of `hookbus replay`.
@@ -38,6 +38,11 @@ pub struct ReplayArgs {
     /// 86400 (24 hours).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=hookbus::bounds::MAX_TIMEOUT.as_secs()))]
     default_timeout: Option<u64>,
+    /// The model that answers `prompt` handlers: `scripted:FILE`, a ScriptedProvider script
+    /// whose turns' texts are the answers (`{"ok": false, "reason": "..."}`), one per call.
+    /// Without it prompt handlers fail open.
+    #[arg(long, value_name = "scripted:FILE")]
+    provider: Option<String>,
 }
 
 /// Runs the replay.
@@ -50,6 +55,11 @@ pub async fn run(args: ReplayArgs) -> Result<ExitCode, Box<dyn std::error::Error
     if let Some(secs) = args.default_timeout {
         compat.default_timeout = std::time::Duration::from_secs(secs);
     }
+    let provider = args
+        .provider
+        .as_deref()
+        .map(provider_from_spec)
+        .transpose()?;
     let replay = Replay::load(ReplayOptions {
         settings: args.settings,
         transcript: args.transcript,
@@ -57,6 +67,7 @@ pub async fn run(args: ReplayArgs) -> Result<ExitCode, Box<dyn std::error::Error
         project_dir: args.project_dir,
         all_events: args.all_events,
         compat,
+        provider,
     })?;
     for warning in replay.warnings() {
         eprintln!("warning: {warning}");
