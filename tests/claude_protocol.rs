@@ -162,7 +162,10 @@ touch {d}/done"#,
     wait_for_file(&d.join("done")).await;
     let later = next_delivery(&session).await;
     assert_eq!(contexts(&later), ["lint: 2 warnings", "linted a.rs"]);
-    assert!(later.contexts.iter().all(|c| c.hook == ASYNC_HOOK_NAME));
+    assert!(later
+        .contexts
+        .iter()
+        .all(|c| c.hook.starts_with(ASYNC_HOOK_NAME)));
     assert!(
         !visible_text(&later).contains('{'),
         "no raw JSON: {}",
@@ -242,6 +245,20 @@ exit 2"#,
         BTreeSet::from(["formatted".to_owned(), "tests failed: 3".to_owned()])
     );
     session.close("other").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn two_settings_register_on_one_bus_each_with_its_delivery_hook() {
+    let user = settings(
+        json!({ "hooks": { "Stop": [{ "hooks": [{ "type": "command", "command": "true" }] }] } }),
+    );
+    let project = settings(
+        json!({ "hooks": { "Stop": [{ "hooks": [{ "type": "command", "command": "exit 0" }] }] } }),
+    );
+    let bus = Bus::new();
+    user.register(&bus).await.unwrap();
+    project.register(&bus).await.unwrap();
     bus.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -25,8 +25,9 @@ use crate::model::error::HookError;
 use crate::model::event::EventKind;
 use crate::model::hook::{Hook, HookCx, HookOptions};
 
-/// The name of the hook that delivers background handlers' output to the session's next event
-/// and kills a session's background handlers at its end.
+/// How the name of the hook that delivers background handlers' output to the session's next
+/// event (and kills a session's background handlers at its end) begins; a hash of the
+/// settings' handlers follows, so that several settings can be registered on one bus.
 pub const ASYNC_HOOK_NAME: &str = "cc async";
 
 /// Most deliveries a session keeps waiting for its next event; older ones are dropped first.
@@ -186,13 +187,33 @@ fn log_end(hook: &str, session: &str, raw: &Raw) {
 /// The hook that hands background jobs' output to the session's next event whose context
 /// reaches the model, and kills a session's jobs at its SessionEnd.
 pub(crate) struct AsyncDelivery {
-    pub background: Arc<Background>,
+    name: String,
+    background: Arc<Background>,
+}
+
+impl AsyncDelivery {
+    /// The delivery hook of the handlers named `handlers` (their hook names), whose jobs
+    /// `background` keeps.
+    pub fn new<'a>(
+        handlers: impl IntoIterator<Item = &'a str>,
+        background: Arc<Background>,
+    ) -> Self {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        for name in handlers {
+            name.hash(&mut hasher);
+        }
+        Self {
+            name: format!("{ASYNC_HOOK_NAME} {:08x}", hasher.finish() as u32),
+            background,
+        }
+    }
 }
 
 #[async_trait]
 impl Hook for AsyncDelivery {
     fn name(&self) -> &str {
-        ASYNC_HOOK_NAME
+        &self.name
     }
 
     fn options(&self) -> HookOptions {

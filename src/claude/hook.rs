@@ -76,7 +76,8 @@ impl ClaudeSettings {
     /// The handlers as hooks, in settings order (register them in this order so the fold
     /// follows settings order), then, when there is a command handler, the hook that delivers
     /// background handlers' output to the session's next event and kills a session's
-    /// background handlers at its end (named [`ASYNC_HOOK_NAME`](super::ASYNC_HOOK_NAME)).
+    /// background handlers at its end (its name begins with
+    /// [`ASYNC_HOOK_NAME`](super::ASYNC_HOOK_NAME)).
     pub fn hooks(&self) -> Vec<Arc<dyn Hook>> {
         let options = Arc::new(self.options.clone());
         let background = Arc::new(Background::default());
@@ -100,7 +101,9 @@ impl ClaudeSettings {
             .iter()
             .any(|h| matches!(h.kind, HandlerKind::Command { .. }));
         if commands {
-            hooks.push(Arc::new(AsyncDelivery { background }));
+            let names = hooks.iter().map(|h| h.name());
+            let delivery = AsyncDelivery::new(names, background);
+            hooks.push(Arc::new(delivery));
         }
         hooks
     }
