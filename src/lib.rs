@@ -91,6 +91,8 @@ pub mod claude;
 pub mod model;
 pub mod permission;
 pub mod prelude;
+#[cfg(feature = "providers")]
+pub mod providers;
 pub mod runtime;
 #[cfg(feature = "service")]
 pub mod service;

@@ -1,0 +1,474 @@
+//! The HTTP providers against a local server speaking each API's wire format: full agent turns
+//! (a tool call, its result sent back in the right shape, parallel calls, a final answer, usage
+//! counted), retries, failures ending the turn with `StopFailure`, and cancellation dropping the
+//! request in flight. Streams are cut at awkward byte boundaries.
+
+#![cfg(all(feature = "providers", feature = "service"))]
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Response, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use futures_util::StreamExt;
+use hookbus::providers::{AnthropicProvider, HttpOptions, OpenAiProvider};
+use hookbus::*;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+/// What the server answers to one request.
+enum Reply {
+    /// A stream of these bytes, sent in pieces of `chunk` bytes.
+    Sse(String),
+    /// A status, headers and a body.
+    Status(u16, Vec<(&'static str, String)>, String),
+    /// Headers, then nothing, until the client goes away (`dropped` is notified then).
+    Hang,
+}
+
+#[derive(Clone, Default)]
+struct Script {
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    requests: Arc<Mutex<Vec<(HeaderMap, Value)>>>,
+    arrived: Arc<Notify>,
+    dropped: Arc<Notify>,
+}
+
+/// Notifies when the response body is dropped (the client closed the connection).
+struct DropSignal(Arc<Notify>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+async fn handle(State(script): State<Script>, headers: HeaderMap, body: String) -> Response<Body> {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    script.requests.lock().push((headers, body));
+    script.arrived.notify_one();
+    let reply = script.replies.lock().pop_front();
+    match reply {
+        Some(Reply::Sse(text)) => {
+            // Seven-byte pieces, a millisecond apart: events and UTF-8 split anywhere.
+            let pieces: Vec<Vec<u8>> = text.as_bytes().chunks(7).map(<[u8]>::to_vec).collect();
+            let stream = futures_util::stream::iter(pieces).then(|piece| async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                Ok::<_, Infallible>(piece)
+            });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(stream))
+                .unwrap()
+        }
+        Some(Reply::Status(code, headers, body)) => {
+            let mut response = Response::builder().status(StatusCode::from_u16(code).unwrap());
+            for (name, value) in headers {
+                response = response.header(name, value);
+            }
+            response.body(Body::from(body)).unwrap()
+        }
+        Some(Reply::Hang) => {
+            let signal = DropSignal(script.dropped.clone());
+            let stream =
+                futures_util::stream::pending::<Result<Vec<u8>, Infallible>>().map(move |item| {
+                    let _keep = &signal;
+                    item
+                });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(stream))
+                .unwrap()
+        }
+        None => Response::builder()
+            .status(500)
+            .body(Body::from("no reply scripted"))
+            .unwrap(),
+    }
+}
+
+async fn serve(replies: Vec<Reply>) -> (SocketAddr, Script) {
+    let script = Script::default();
+    script.replies.lock().extend(replies);
+    let app = Router::new()
+        .route("/v1/messages", post(handle))
+        .route("/v1/chat/completions", post(handle))
+        .with_state(script.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, script)
+}
+
+fn sse(events: &[(&str, Value)]) -> String {
+    events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect()
+}
+
+/// An Anthropic answer: `text`, then these tool calls (input JSON split in two deltas).
+fn anthropic_answer(text: &str, calls: &[(&str, &str, Value)], usage: (u64, u64)) -> String {
+    let mut events = vec![
+        (
+            "message_start",
+            json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"usage":{"input_tokens":usage.0,"output_tokens":1}}}),
+        ),
+        ("ping", json!({"type":"ping"})),
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":0}),
+        ),
+    ];
+    for (i, (id, name, input)) in calls.iter().enumerate() {
+        let index = i + 1;
+        let input = input.to_string();
+        let (head, tail) = input.split_at(input.len() / 2);
+        events.push((
+            "content_block_start",
+            json!({"type":"content_block_start","index":index,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
+        ));
+        for part in [head, tail] {
+            events.push((
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":index,"delta":{"type":"input_json_delta","partial_json":part}}),
+            ));
+        }
+        events.push((
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":index}),
+        ));
+    }
+    let stop = if calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    events.push((
+        "message_delta",
+        json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":usage.1}}),
+    ));
+    events.push(("message_stop", json!({"type":"message_stop"})));
+    sse(&events)
+}
+
+/// An OpenAI answer: `text`, then these tool calls (arguments split in two deltas), then usage.
+fn openai_answer(text: &str, calls: &[(&str, &str, Value)], usage: (u64, u64)) -> String {
+    let chunk = |delta: Value, finish: Value| json!({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":delta,"finish_reason":finish}]});
+    let mut chunks = vec![chunk(
+        json!({"role":"assistant","content":text}),
+        Value::Null,
+    )];
+    for (i, (id, name, input)) in calls.iter().enumerate() {
+        let input = input.to_string();
+        let (head, tail) = input.split_at(input.len() / 2);
+        chunks.push(chunk(
+            json!({"tool_calls":[{"index":i,"id":id,"type":"function","function":{"name":name,"arguments":head}}]}),
+            Value::Null,
+        ));
+        chunks.push(chunk(
+            json!({"tool_calls":[{"index":i,"function":{"arguments":tail}}]}),
+            Value::Null,
+        ));
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    chunks.push(chunk(json!({}), json!(finish)));
+    chunks.push(json!({"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":usage.0,"completion_tokens":usage.1,"total_tokens":usage.0 + usage.1}}));
+    let mut out: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+fn quick() -> HttpOptions {
+    HttpOptions {
+        backoff: Duration::from_millis(10),
+        timeout: Duration::from_secs(20),
+        ..HttpOptions::default()
+    }
+}
+
+async fn agent_with(provider: impl Provider) -> (Agent, tempfile::TempDir) {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("main.py"), "print(6 * 7)\n").unwrap();
+    let agent = Agent::builder()
+        .provider(provider)
+        .approver(PolicyApprover::allow())
+        .build()
+        .await
+        .unwrap();
+    (agent, ws)
+}
+
+fn two_calls() -> Vec<(&'static str, &'static str, Value)> {
+    vec![
+        ("call_1", "read_file", json!({"path": "main.py"})),
+        ("call_2", "list_dir", json!({"path": "."})),
+    ]
+}
+
+#[tokio::test]
+async fn anthropic_turn_with_parallel_tool_calls_sends_results_back_and_counts_usage() {
+    let (addr, script) = serve(vec![
+        Reply::Sse(anthropic_answer(
+            "Looking — ünïcode.",
+            &two_calls(),
+            (10, 20),
+        )),
+        Reply::Sse(anthropic_answer("It prints 42.", &[], (30, 5))),
+    ])
+    .await;
+    let provider = AnthropicProvider::new("sk-test", "claude-test")
+        .base_url(format!("http://{addr}"))
+        .options(quick());
+    let (agent, ws) = agent_with(provider).await;
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
+    let result = session.run_turn("What does main.py print?").await.unwrap();
+    assert_eq!(result.reason, TerminalReason::Completed, "{result:?}");
+    assert_eq!(result.text, "It prints 42.");
+    assert_eq!(result.calls.len(), 2);
+    assert_eq!(
+        (result.metrics.input_tokens, result.metrics.output_tokens),
+        (40, 25)
+    );
+
+    let requests = script.requests.lock().clone();
+    assert_eq!(requests.len(), 2);
+    let (headers, first) = &requests[0];
+    assert_eq!(headers["x-api-key"], "sk-test");
+    assert_eq!(headers["anthropic-version"], "2023-06-01");
+    assert_eq!(first["model"], "claude-test");
+    assert_eq!(first["stream"], true);
+    assert!(first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "read_file"));
+    let second = &requests[1].1;
+    let messages = second["messages"].as_array().unwrap();
+    let assistant = &messages[messages.len() - 2];
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(assistant["content"][1]["type"], "tool_use");
+    assert_eq!(assistant["content"][1]["input"], json!({"path": "main.py"}));
+    let results = &messages[messages.len() - 1];
+    assert_eq!(results["role"], "user");
+    assert_eq!(results["content"][0]["type"], "tool_result");
+    assert_eq!(results["content"][0]["tool_use_id"], "call_1");
+    assert!(results["content"][0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("print(6 * 7)"));
+    assert_eq!(results["content"][1]["tool_use_id"], "call_2");
+    agent.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn openai_turn_with_parallel_tool_calls_sends_results_back_and_counts_usage() {
+    let (addr, script) = serve(vec![
+        Reply::Sse(openai_answer("", &two_calls(), (11, 21))),
+        Reply::Sse(openai_answer("It prints 42.", &[], (31, 6))),
+    ])
+    .await;
+    let provider = OpenAiProvider::new("sk-test", "gpt-test")
+        .base_url(format!("http://{addr}/v1"))
+        .options(quick());
+    let (agent, ws) = agent_with(provider).await;
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
+    let result = session.run_turn("What does main.py print?").await.unwrap();
+    assert_eq!(result.reason, TerminalReason::Completed, "{result:?}");
+    assert_eq!(result.text, "It prints 42.");
+    assert_eq!(result.calls.len(), 2);
+    assert_eq!(
+        (result.metrics.input_tokens, result.metrics.output_tokens),
+        (42, 27)
+    );
+
+    let requests = script.requests.lock().clone();
+    let (headers, first) = &requests[0];
+    assert_eq!(headers["authorization"], "Bearer sk-test");
+    assert_eq!(first["stream_options"]["include_usage"], true);
+    assert_eq!(first["tools"][0]["type"], "function");
+    let messages = requests[1].1["messages"].as_array().unwrap();
+    let n = messages.len();
+    assert_eq!(messages[n - 3]["role"], "assistant");
+    assert_eq!(
+        messages[n - 3]["tool_calls"][0]["function"]["name"],
+        "read_file"
+    );
+    let arguments = messages[n - 3]["tool_calls"][0]["function"]["arguments"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(arguments).unwrap(),
+        json!({"path": "main.py"})
+    );
+    assert_eq!(messages[n - 2]["role"], "tool");
+    assert_eq!(messages[n - 2]["tool_call_id"], "call_1");
+    assert!(messages[n - 2]["content"]
+        .as_str()
+        .unwrap()
+        .contains("print(6 * 7)"));
+    assert_eq!(messages[n - 1]["tool_call_id"], "call_2");
+    agent.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_is_waited_out_then_the_call_succeeds() {
+    let error = json!({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}});
+    let (addr, script) = serve(vec![
+        Reply::Status(429, vec![("retry-after", "1".into())], error.to_string()),
+        Reply::Sse(anthropic_answer("Fine.", &[], (1, 1))),
+    ])
+    .await;
+    let provider = AnthropicProvider::new("k", "m")
+        .base_url(format!("http://{addr}"))
+        .options(quick());
+    let (agent, ws) = agent_with(provider).await;
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let result = session.run_turn("hi").await.unwrap();
+    assert_eq!(result.reason, TerminalReason::Completed, "{result:?}");
+    assert_eq!(result.text, "Fine.");
+    assert_eq!(script.requests.lock().len(), 2);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "retry-after was honoured"
+    );
+    agent.shutdown(Duration::from_secs(5)).await;
+}
+
+/// The `StopFailure` events of a session, after it closed.
+async fn stop_failures(session: &AgentSession) -> Vec<StopFailure> {
+    let mut events = session.events();
+    session.close().await.unwrap();
+    let mut out = Vec::new();
+    while let Some(env) = events.next().await {
+        if let Event::StopFailure(e) = &env.event {
+            out.push(e.clone());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn three_500s_end_the_turn_with_stop_failure_after_the_retries() {
+    let error = json!({"error":{"message":"upstream broke","type":"server_error"}}).to_string();
+    let (addr, script) = serve(
+        (0..3)
+            .map(|_| Reply::Status(500, vec![], error.clone()))
+            .collect(),
+    )
+    .await;
+    let provider = OpenAiProvider::new("k", "m")
+        .base_url(format!("http://{addr}/v1"))
+        .options(quick());
+    let (agent, ws) = agent_with(provider).await;
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()).id("s500"))
+        .await
+        .unwrap();
+    let result = session.run_turn("hi").await.unwrap();
+    assert_eq!(result.reason, TerminalReason::Error, "{result:?}");
+    assert!(
+        result
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("upstream broke"),
+        "{result:?}"
+    );
+    assert_eq!(script.requests.lock().len(), 3, "one call and two retries");
+    let failures = stop_failures(&session).await;
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].error, "server_error");
+    agent.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_401_ends_the_turn_at_once_with_the_apis_message() {
+    let error = json!({"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}});
+    let (addr, script) = serve(vec![Reply::Status(401, vec![], error.to_string())]).await;
+    let provider = AnthropicProvider::new("bad", "m")
+        .base_url(format!("http://{addr}"))
+        .options(quick());
+    let (agent, ws) = agent_with(provider).await;
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
+    let result = session.run_turn("hi").await.unwrap();
+    assert_eq!(result.reason, TerminalReason::Error, "{result:?}");
+    assert!(
+        result
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("invalid x-api-key"),
+        "{result:?}"
+    );
+    assert_eq!(script.requests.lock().len(), 1, "a 401 is not retried");
+    let failures = stop_failures(&session).await;
+    assert_eq!(failures[0].error, "authentication_failed");
+    assert!(failures[0]
+        .error_details
+        .as_deref()
+        .unwrap_or("")
+        .contains("invalid x-api-key"));
+    agent.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn cancelling_the_turn_drops_the_request_in_flight() {
+    let (addr, script) = serve(vec![Reply::Hang]).await;
+    let provider = AnthropicProvider::new("k", "m")
+        .base_url(format!("http://{addr}"))
+        .options(quick());
+    let (agent, ws) = agent_with(provider).await;
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
+    let arrived = script.arrived.notified();
+    let dropped = script.dropped.notified();
+    let turn = tokio::spawn({
+        let session = session.clone();
+        async move { session.run_turn("hi").await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), arrived)
+        .await
+        .expect("the request reached the server");
+    session.cancel();
+    tokio::time::timeout(Duration::from_secs(10), dropped)
+        .await
+        .expect("the server saw the connection close");
+    let result = turn.await.unwrap().unwrap();
+    assert_eq!(result.reason, TerminalReason::Cancelled, "{result:?}");
+    agent.shutdown(Duration::from_secs(5)).await;
+}
