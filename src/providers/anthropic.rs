@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::http::{bounded, events, json_of, send, HttpOptions};
+use super::http::{bounded, client, events, json_of, send, HttpOptions};
 use super::{env_var, ProviderConfigError};
 use crate::agent::provider::{
     Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, Usage,
@@ -29,7 +29,6 @@ pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 /// merged, as the API wants roles to alternate).
 #[derive(Debug, Clone)]
 pub struct AnthropicProvider {
-    client: reqwest::Client,
     base_url: String,
     api_key: String,
     model: String,
@@ -41,7 +40,6 @@ impl AnthropicProvider {
     /// A provider for `model` with this key, on the public API.
     pub fn new(api_key: impl Into<String>, model: impl Into<String>) -> Self {
         Self {
-            client: reqwest::Client::new(),
             base_url: DEFAULT_ANTHROPIC_BASE_URL.to_owned(),
             api_key: api_key.into(),
             model: model.into(),
@@ -118,8 +116,9 @@ impl AnthropicProvider {
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ProviderError> {
         let url = format!("{}/v1/messages", self.base_url);
+        let client = client()?;
         let build = || {
-            self.client
+            client
                 .post(&url)
                 .header("x-api-key", &self.api_key)
                 .header("anthropic-version", ANTHROPIC_VERSION)

@@ -39,6 +39,22 @@ impl Default for HttpOptions {
     }
 }
 
+/// The HTTP client every provider shares (one connection pool), with TLS by rustls on the
+/// ring crypto provider; an error if it cannot be built.
+pub(crate) fn client() -> Result<reqwest::Client, ProviderError> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            // Another part of the process may have chosen a crypto provider already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| ProviderError::Other(format!("no HTTP client: {e}")))
+}
+
 /// The most bytes of an error body read for its message.
 const MAX_ERROR_BODY: usize = 64 << 10;
 
@@ -70,7 +86,10 @@ pub(crate) async fn send(
             }
             Err(e) => {
                 if attempt >= options.retries || !(e.is_connect() || e.is_timeout()) {
-                    return Err(ProviderError::Other(format!("the request failed: {e}")));
+                    return Err(ProviderError::Other(format!(
+                        "the request failed: {}",
+                        with_causes(&e)
+                    )));
                 }
                 tracing::warn!(attempt, "model call failed, retrying: {e}");
                 None
@@ -86,6 +105,18 @@ pub(crate) async fn send(
         }
         attempt += 1;
     }
+}
+
+/// An error with the chain of its causes, which say what actually failed (DNS, TLS, ...).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 /// 429, 408, 409 and every 5xx (529 is Anthropic's "overloaded") are worth another attempt.

@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::http::{bounded, events, json_of, send, HttpOptions};
+use super::http::{bounded, client, events, json_of, send, HttpOptions};
 use super::{env_var, ProviderConfigError};
 use crate::agent::provider::{
     Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, Usage,
@@ -24,7 +24,6 @@ pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1";
 /// Ollama): point the base URL at it; an empty key sends no `Authorization` header.
 #[derive(Debug, Clone)]
 pub struct OpenAiProvider {
-    client: reqwest::Client,
     base_url: String,
     api_key: String,
     model: String,
@@ -35,7 +34,6 @@ impl OpenAiProvider {
     /// A provider for `model` with this key, on the public API.
     pub fn new(api_key: impl Into<String>, model: impl Into<String>) -> Self {
         Self {
-            client: reqwest::Client::new(),
             base_url: DEFAULT_OPENAI_BASE_URL.to_owned(),
             api_key: api_key.into(),
             model: model.into(),
@@ -105,8 +103,9 @@ impl OpenAiProvider {
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ProviderError> {
         let url = format!("{}/chat/completions", self.base_url);
+        let client = client()?;
         let build = || {
-            let request = self.client.post(&url).json(body);
+            let request = client.post(&url).json(body);
             if self.api_key.is_empty() {
                 request
             } else {
