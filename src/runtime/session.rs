@@ -198,7 +198,7 @@ impl BusSession {
             .await
     }
 
-    /// Subscribes a user task to this session's events (see [`Bus::subscribe`]). A session
+    /// Subscribes a user task to this session's events (see [`Bus::subscribe`](crate::Bus::subscribe)). A session
     /// that is closing or closed refuses it, so a subscription never outlives its session or
     /// sees a later session of the same id.
     pub async fn subscribe(&self, subscription: Subscription) -> Result<Mailbox, Error> {

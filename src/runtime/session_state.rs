@@ -25,13 +25,13 @@ pub struct BusSessionConfig {
     pub parent: Option<String>,
     /// `cwd`, `transcript_path`, `permission_mode`, `agent_id`, `agent_type`.
     pub fields: SessionFields,
-    /// How many envelopes [`BusSession::events`] replays to a reader that subscribes late
+    /// How many envelopes [`BusSession::events`](crate::BusSession::events) replays to a reader that subscribes late
     /// (default 0: readers see events from the moment they subscribe).
     pub history: usize,
     /// The most bytes (as JSON) the kept history may take; older envelopes are dropped and
     /// counted (default 0: no byte cap).
     pub history_bytes: usize,
-    /// How many envelopes a reader of [`BusSession::events`] may fall behind by before it skips
+    /// How many envelopes a reader of [`BusSession::events`](crate::BusSession::events) may fall behind by before it skips
     /// (and counts) what it missed (default 0: [`DEFAULT_STREAM_BUFFER`](crate::DEFAULT_STREAM_BUFFER)).
     pub stream_buffer: usize,
 }
@@ -61,7 +61,7 @@ impl BusSessionConfig {
         self.parent = Some(parent.into());
         self
     }
-    /// Keep the last `n` envelopes for readers of [`BusSession::events`] that subscribe late.
+    /// Keep the last `n` envelopes for readers of [`BusSession::events`](crate::BusSession::events) that subscribe late.
     pub fn history(mut self, n: usize) -> Self {
         self.history = n;
         self
