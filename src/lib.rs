@@ -111,7 +111,7 @@ pub use agent::{
     Message, ModelRequest, ModelResponse, Pipeline, Provider, ProviderError, Role, Script,
     ScriptCall, ScriptError, ScriptTurn, ScriptedProvider, SessionOptions, TaskTool,
     TerminalReason, Tool, ToolCall, ToolCx, ToolError, ToolSpec, TurnMetrics, TurnResult, Usage,
-    DEFAULT_APPROVAL_TIMEOUT,
+    COMPACTION_PROMPT, DEFAULT_APPROVAL_TIMEOUT,
 };
 pub use async_trait::async_trait;
 pub use model::{

@@ -131,8 +131,14 @@ fn demo_runs_against_an_anthropic_compatible_server() {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let answers = [
-        ("Reading main.py.", ("toolu_a", "read_file", json!({"path": "main.py"}))),
-        ("Running it.", ("toolu_b", "bash", json!({"command": "python3 main.py"}))),
+        (
+            "Reading main.py.",
+            ("toolu_a", "read_file", json!({"path": "main.py"})),
+        ),
+        (
+            "Running it.",
+            ("toolu_b", "bash", json!({"command": "python3 main.py"})),
+        ),
         (
             "Writing the summary.",
             (
@@ -146,7 +152,11 @@ fn demo_runs_against_an_anthropic_compatible_server() {
         .into_iter()
         .map(|(text, call)| Reply::Sse(anthropic_answer(text, &[call], (100, 10))))
         .collect();
-    replies.push(Reply::Sse(anthropic_answer("main.py prints 42.", &[], (120, 8))));
+    replies.push(Reply::Sse(anthropic_answer(
+        "main.py prints 42.",
+        &[],
+        (120, 8),
+    )));
     let (addr, script) = rt.block_on(serve(replies));
     let out = Command::new(env!("CARGO_BIN_EXE_hookbus"))
         .args(["demo", "--provider", "anthropic", "--model", "claude-test"])
@@ -174,7 +184,10 @@ fn demo_runs_against_an_anthropic_compatible_server() {
     let requests = script.requests.lock().clone();
     assert_eq!(requests.len(), 4);
     assert_eq!(requests[0].1["model"], "claude-test");
-    assert!(requests[0].1["system"].as_str().unwrap_or("").contains("coding agent"));
+    assert!(requests[0].1["system"]
+        .as_str()
+        .unwrap_or("")
+        .contains("coding agent"));
 }
 
 #[test]

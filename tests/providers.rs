@@ -289,3 +289,45 @@ async fn cancelling_the_turn_drops_the_request_in_flight() {
     assert_eq!(result.reason, TerminalReason::Cancelled, "{result:?}");
     agent.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn compaction_asks_the_model_for_the_summary_and_the_next_request_carries_it() {
+    let (addr, script) = serve(vec![
+        Reply::Sse(anthropic_answer("First answer.", &[], (5, 5))),
+        Reply::Sse(anthropic_answer("SUMMARY: the user said hi.", &[], (7, 3))),
+        Reply::Sse(anthropic_answer("Second answer.", &[], (9, 2))),
+    ])
+    .await;
+    let provider = AnthropicProvider::new("k", "m")
+        .base_url(format!("http://{addr}"))
+        .options(quick());
+    let ws = tempfile::tempdir().unwrap();
+    let agent = Agent::builder()
+        .provider(provider)
+        .with_limits(|l| l.keep_recent = 1)
+        .build()
+        .await
+        .unwrap();
+    let session = agent.open_session(SessionOptions::new(ws.path())).await.unwrap();
+    session.run_turn("hi").await.unwrap();
+    assert!(session.compact(Some("keep names".into())).await.unwrap());
+    session.run_turn("and now?").await.unwrap();
+
+    let requests = script.requests.lock().clone();
+    assert_eq!(requests.len(), 3);
+    let ask = &requests[1].1;
+    assert!(ask.get("tools").is_none(), "no tools while summarising");
+    // The messages being compacted (the first prompt), then the question, in one user message.
+    let messages = ask["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(messages[0]["content"][0]["text"], "hi");
+    let text = messages[0]["content"][1]["text"].as_str().unwrap();
+    assert!(text.starts_with(COMPACTION_PROMPT), "{text}");
+    assert!(text.contains("keep names"));
+    // The next call starts from the summary; the most recent message is kept after it.
+    let next = requests[2].1["messages"].as_array().unwrap().clone();
+    let first = next[0]["content"][0]["text"].as_str().unwrap();
+    assert!(first.contains("SUMMARY: the user said hi."), "{next:?}");
+    assert_eq!(next[1]["content"][0]["text"], "First answer.");
+    agent.shutdown(Duration::from_secs(5)).await;
+}

@@ -143,6 +143,10 @@ impl Provider for AnthropicProvider {
         &self.model
     }
 
+    fn summarizes(&self) -> bool {
+        true
+    }
+
     async fn complete(
         &self,
         request: ModelRequest<'_>,

@@ -42,7 +42,8 @@ impl Default for HttpOptions {
 /// The HTTP client every provider shares (one connection pool), with TLS by rustls on the
 /// ring crypto provider; an error if it cannot be built.
 pub(crate) fn client() -> Result<reqwest::Client, ProviderError> {
-    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> = std::sync::OnceLock::new();
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {
             // Another part of the process may have chosen a crypto provider already.

@@ -133,6 +133,10 @@ impl Provider for OpenAiProvider {
         &self.model
     }
 
+    fn summarizes(&self) -> bool {
+        true
+    }
+
     async fn complete(
         &self,
         request: ModelRequest<'_>,

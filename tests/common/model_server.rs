@@ -197,4 +197,3 @@ pub fn openai_answer(text: &str, calls: &[(&str, &str, Value)], usage: (u64, u64
     out.push_str("data: [DONE]\n\n");
     out
 }
-

@@ -208,6 +208,9 @@ impl Provider for Narrated {
     fn model(&self) -> &str {
         self.0.model()
     }
+    fn summarizes(&self) -> bool {
+        self.0.summarizes()
+    }
     async fn complete(
         &self,
         request: ModelRequest<'_>,
