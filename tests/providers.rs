@@ -308,7 +308,10 @@ async fn compaction_asks_the_model_for_the_summary_and_the_next_request_carries_
         .build()
         .await
         .unwrap();
-    let session = agent.open_session(SessionOptions::new(ws.path())).await.unwrap();
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
     session.run_turn("hi").await.unwrap();
     assert!(session.compact(Some("keep names".into())).await.unwrap());
     session.run_turn("and now?").await.unwrap();

@@ -39,15 +39,13 @@ impl Default for HttpOptions {
     }
 }
 
-/// The HTTP client every provider shares (one connection pool), with TLS by rustls on the
-/// ring crypto provider; an error if it cannot be built.
+/// The HTTP client every provider shares (one connection pool), with TLS by rustls; an error
+/// if it cannot be built.
 pub(crate) fn client() -> Result<reqwest::Client, ProviderError> {
     static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
         std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {
-            // Another part of the process may have chosen a crypto provider already.
-            let _ = rustls::crypto::ring::default_provider().install_default();
             reqwest::Client::builder()
                 .build()
                 .map_err(|e| e.to_string())
