@@ -69,7 +69,7 @@ impl fmt::Display for SettingsWarning {
 }
 
 /// What a handler runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum HandlerKind {
     /// A command: shell form (`sh -c command`) or exec form (`command` with `args`).
     Command {
@@ -115,7 +115,9 @@ pub struct Handler {
     pub timeout: Duration,
     /// `onFailure: "block"`.
     pub on_failure_block: bool,
-    /// The matcher groups (and `if`s) it appears under; it runs when one applies.
+    /// The matcher groups it appears under; it runs (once) when one applies. Definitions are
+    /// merged only when identical in everything but the matcher, so every occurrence carries the
+    /// same `if`, and `timeout` and `onFailure` are each definition's own.
     pub occurrences: Vec<Occurrence>,
     /// In a `sequential` group: the index (in [`ClaudeSettings::handlers`]) of the handler before it.
     pub after: Option<usize>,
@@ -221,8 +223,26 @@ struct Loader<'a> {
     options: &'a CompatOptions,
     out: Vec<Handler>,
     warnings: Vec<SettingsWarning>,
-    /// De-duplication: (event, key) → index in `out`.
-    keys: HashMap<(EventKind, String), usize>,
+    /// De-duplication: what makes two handlers the same → index in `out`.
+    keys: HashMap<DedupKey, usize>,
+}
+
+/// Everything that makes a handler behave as it does, save the matcher: two definitions with
+/// equal keys are one handler that applies under either group's matcher. `statusMessage` (display
+/// only) is not part of it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct DedupKey {
+    event: EventKind,
+    /// The kind with `${CLAUDE_PROJECT_DIR}` expanded in the command and args.
+    kind: HandlerKind,
+    /// `shell`, as written.
+    shell: Option<String>,
+    /// `if`, as written.
+    if_rule: Option<String>,
+    timeout: Duration,
+    on_failure_block: bool,
+    /// `async` and `asyncRewake`.
+    async_flags: (bool, bool),
 }
 
 /// Events Claude Code has that hookbus does not fire.
@@ -379,13 +399,24 @@ impl Loader<'_> {
         let occurrence = self.with_if(file, path, event, h, occurrence)?;
         let timeout = self.timeout(file, path, event, h);
         let on_failure_block = self.on_failure_block(file, path, h);
-        if h.get("async").and_then(Value::as_bool) == Some(true) {
+        let flag = |name: &str| h.get(name).and_then(Value::as_bool) == Some(true);
+        let async_flags = (flag("async"), flag("asyncRewake"));
+        if async_flags.0 {
             self.warn(
                 file,
                 &format!("{path}.async"),
                 "async handlers are not supported; it runs synchronously",
             );
         }
+        let key = DedupKey {
+            event,
+            kind: self.expanded(&kind),
+            shell: h.get("shell").and_then(Value::as_str).map(str::to_owned),
+            if_rule: h.get("if").and_then(Value::as_str).map(str::to_owned),
+            timeout,
+            on_failure_block,
+            async_flags,
+        };
         let handler = Handler {
             source: file.to_owned(),
             path: path.to_owned(),
@@ -396,7 +427,7 @@ impl Loader<'_> {
             occurrences: vec![occurrence],
             after,
         };
-        Some(self.add(handler, sequential))
+        Some(self.add(handler, key, sequential))
     }
 
     /// What a handler runs, by its `type`; `None` (warned) when the type is missing or unsupported.
@@ -602,11 +633,11 @@ impl Loader<'_> {
         }
     }
 
-    /// Adds `handler` and gives its index; identical handlers run once per event, so outside a
-    /// sequential chain (which keeps its own members) a duplicate joins the first one's
-    /// occurrences instead.
-    fn add(&mut self, handler: Handler, sequential: bool) -> usize {
-        let key = (handler.event, self.dedup_key(&handler.kind));
+    /// Adds `handler` and gives its index. A handler identical in everything but its matcher to
+    /// one already loaded (same `key`) runs once per event, so outside a sequential chain (which
+    /// keeps its own members) it joins the first one's occurrences instead; a handler that
+    /// differs in anything else (`if`, `timeout`, `onFailure`, ...) stays a handler of its own.
+    fn add(&mut self, handler: Handler, key: DedupKey, sequential: bool) -> usize {
         if !sequential {
             if let Some(&index) = self.keys.get(&key) {
                 self.out[index].occurrences.extend(handler.occurrences);
@@ -621,20 +652,16 @@ impl Loader<'_> {
         index
     }
 
-    /// Handler type + expanded command + args, or the URL.
-    fn dedup_key(&self, kind: &HandlerKind) -> String {
+    /// `kind` with `${CLAUDE_PROJECT_DIR}` expanded in a command and its args: the same script
+    /// written two ways is the same handler.
+    fn expanded(&self, kind: &HandlerKind) -> HandlerKind {
+        let expand = |s: &str| expand_project_dir(s, self.options.project_dir.as_deref());
         match kind {
-            HandlerKind::Command { command, args } => {
-                let expand = |s: &str| expand_project_dir(s, self.options.project_dir.as_deref());
-                match args {
-                    None => format!("command\u{0}{}", expand(command)),
-                    Some(args) => {
-                        let args: Vec<String> = args.iter().map(|a| expand(a)).collect();
-                        format!("exec\u{0}{}\u{0}{}", expand(command), args.join("\u{0}"))
-                    }
-                }
-            }
-            HandlerKind::Http { url, .. } => format!("http\u{0}{url}"),
+            HandlerKind::Command { command, args } => HandlerKind::Command {
+                command: expand(command),
+                args: args.as_ref().map(|a| a.iter().map(|s| expand(s)).collect()),
+            },
+            HandlerKind::Http { .. } => kind.clone(),
         }
     }
 }
