@@ -19,6 +19,15 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// Writes a JSON file (and its directory).
+fn write_json(path: &Path, value: &Value) -> PathBuf {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(path, value.to_string()).unwrap();
+    path.to_path_buf()
+}
+
 fn parse(docs: &[(&str, Value)]) -> Result<ClaudeSettings, Error> {
     let docs: Vec<(String, String)> = docs
         .iter()
@@ -187,5 +196,92 @@ fn the_dedup_key_is_everything_but_the_matcher() {
             (1, default), // exec form
             (1, Duration::from_secs(6)),
         ]
+    );
+}
+
+// ---- Item 1: the settings' `env` ----
+
+/// Answers `ask` only when `HOOK_SAFETY_LEVEL=strict`, as a hook collection configured through
+/// settings `env` does.
+const SAFETY_LEVEL: &str = r#"cat >/dev/null
+if [ "$HOOK_SAFETY_LEVEL" = strict ]; then
+  echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"strict mode"}}'
+fi"#;
+
+#[tokio::test]
+async fn settings_env_reaches_the_hook_and_later_files_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let guard = script(dir.path(), "safety.sh", SAFETY_LEVEL);
+    let hooks = json!({ "PreToolUse": [{ "matcher": "Bash", "hooks": [cmd(&guard.display().to_string())] }] });
+    let user = write_json(
+        &dir.path().join("user.json"),
+        &json!({ "env": { "HOOK_SAFETY_LEVEL": "strict", "OTHER": "x" }, "hooks": hooks }),
+    );
+    let relaxed = write_json(
+        &dir.path().join("project.json"),
+        &json!({ "env": { "HOOK_SAFETY_LEVEL": "relaxed" } }),
+    );
+    let bare = write_json(&dir.path().join("bare.json"), &json!({ "hooks": hooks }));
+
+    let strict = ClaudeSettings::load(&[&user], CompatOptions::default()).unwrap();
+    assert_eq!(strict.env["HOOK_SAFETY_LEVEL"], "strict");
+    let r = rig(&strict, dir.path()).await;
+    let o = r.bash("sudo rm -rf build").await;
+    assert_eq!(o.decision, Decision::Ask, "{o:?}");
+    assert_eq!(runs(&o)[0].env, ["HOOK_SAFETY_LEVEL", "OTHER"]);
+    r.done().await;
+
+    for files in [vec![&user, &relaxed], vec![&bare]] {
+        let s = ClaudeSettings::load(&files, CompatOptions::default()).unwrap();
+        let r = rig(&s, dir.path()).await;
+        let o = r.bash("sudo rm -rf build").await;
+        assert_eq!(o.decision, Decision::Continue, "{files:?}: {o:?}");
+        r.done().await;
+    }
+}
+
+#[test]
+fn a_bad_env_is_an_error_naming_the_file_and_key_and_loads_nothing() {
+    let good = (
+        "good.json",
+        json!({ "env": { "A": "1" }, "hooks": { "Stop": [{ "hooks": [cmd("true")] }] } }),
+    );
+    let cases = [
+        (json!({ "env": "HOOK_SAFETY_LEVEL=strict" }), "env"),
+        (
+            json!({ "env": { "HOOK_SAFETY_LEVEL": 2 } }),
+            "env.HOOK_SAFETY_LEVEL",
+        ),
+        (json!({ "env": { "DEBUG": true } }), "env.DEBUG"),
+        (json!({ "env": { "A=B": "x" } }), "env.A=B"),
+    ];
+    for (bad, at) in cases {
+        let err = parse(&[good.clone(), ("bad.json", bad.clone())]).unwrap_err();
+        match &err {
+            Error::InvalidSetting { file, key, .. } => {
+                assert_eq!((file.as_str(), key.as_str()), ("bad.json", at), "{bad}")
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+        assert!(
+            err.to_string().starts_with(&format!("bad.json: `{at}`: ")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn an_env_entry_for_a_variable_hookbus_sets_is_a_warning() {
+    let s = parse(&[(
+        "s.json",
+        json!({ "env": { "CLAUDE_PROJECT_DIR": "/elsewhere" } }),
+    )])
+    .unwrap();
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.file == "s.json" && w.path == "env.CLAUDE_PROJECT_DIR"),
+        "{:?}",
+        s.warnings
     );
 }

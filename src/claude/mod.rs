@@ -6,8 +6,9 @@
 //!   and JSON path (CC-1). Matchers and `if` follow CC-2.
 //! * Each handler becomes a [`ClaudeHook`]: a `command` runs through `sh -c` (or exec form with
 //!   `args`) with the event JSON on stdin, in the session's cwd, with `CLAUDE_PROJECT_DIR` and
-//!   `CLAUDECODE=1`; its deadline is enforced here and kills the whole process group (CC-3). An
-//!   `http` handler POSTs the same JSON.
+//!   `CLAUDECODE=1` and the settings' merged `env` ([`ClaudeSettings::env`]); its deadline is
+//!   enforced here and kills the whole process group (CC-3). An `http` handler POSTs the same
+//!   JSON.
 //! * The output is read as Claude Code reads it (CC-4, CC-5) into a [`HandlerReport`], which
 //!   becomes the hook's typed answer; the runtime folds the answers deterministically in settings
 //!   order (CC-6). Every run also leaves its report in the outcome's metadata under
@@ -31,6 +32,7 @@ mod output;
 pub mod replay;
 mod run;
 mod settings;
+mod vars;
 
 pub use hook::{ClaudeHook, HandlerRun, REPORT_KEY};
 pub use output::{cap, CcDecision, HandlerOutcome, HandlerReport, CONTEXT_CAP};

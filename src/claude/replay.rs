@@ -305,6 +305,8 @@ pub struct ReplayHandler {
     pub matcher: Option<String>,
     /// The command or URL, as written.
     pub command: String,
+    /// The names of the settings' `env` variables set for the command (values are not shown).
+    pub env: Vec<String>,
     /// Its exit code (null on timeout or spawn failure).
     pub exit_code: Option<i32>,
     /// `success`, `blocking_error`, `non_blocking_error`, `timeout`, `spawn_error`, `skipped_by_if`.
@@ -420,6 +422,7 @@ fn line_of(env_event: &Event, outcome: &Outcome) -> ReplayLine {
                 source: r.source,
                 matcher: r.matcher,
                 command: r.command,
+                env: r.env,
                 exit_code: r.report.exit_code,
                 outcome: r.report.outcome,
                 json: r.report.json,
@@ -677,6 +680,9 @@ pub fn format_text(line: &ReplayLine) -> String {
             h.duration_ms,
             h.source
         ));
+        if !h.env.is_empty() {
+            out.push_str(&format!("      env: {}\n", h.env.join(", ")));
+        }
         if let Some(json) = &h.json {
             out.push_str(&format!("      output: {json}\n"));
         }

@@ -1,6 +1,7 @@
 //! Running one handler: a command (CC-3) or an HTTP endpoint, with its deadline enforced here,
 //! parent-side.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -39,6 +40,8 @@ pub(crate) struct RunCx<'a> {
     pub timeout: Duration,
     pub cap: usize,
     pub cancel: &'a CancellationToken,
+    /// The settings' `env`: set for a command, read by header expansion.
+    pub env: &'a BTreeMap<String, String>,
 }
 
 /// Runs a handler and reports how it ended and how long it took.
@@ -73,7 +76,9 @@ async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> 
             c
         }
     };
+    // The settings' `env` first: the variables hookbus sets win over it.
     cmd.current_dir(cx.cwd)
+        .envs(cx.env)
         .env("CLAUDE_PROJECT_DIR", cx.project_dir)
         .env("CLAUDECODE", "1");
     let running = match process::run::spawn(&mut cmd, true) {
@@ -98,8 +103,9 @@ async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> 
     }
 }
 
-/// Expands `$VAR` / `${VAR}` in a header value for allowed names; others become empty.
-fn expand_header(value: &str, allowed: &[String]) -> String {
+/// Expands `$VAR` / `${VAR}` in a header value for allowed names, from the settings' `env` or
+/// else the process environment; other names become empty.
+fn expand_header(value: &str, allowed: &[String], env: &BTreeMap<String, String>) -> String {
     static VAR: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
             .expect("a valid pattern")
@@ -110,7 +116,9 @@ fn expand_header(value: &str, allowed: &[String]) -> String {
             .or_else(|| caps.get(2))
             .map_or("", |m| m.as_str());
         if allowed.iter().any(|a| a == name) {
-            std::env::var(name).unwrap_or_default()
+            env.get(name)
+                .cloned()
+                .unwrap_or_else(|| std::env::var(name).unwrap_or_default())
         } else {
             String::new()
         }
@@ -130,7 +138,7 @@ async fn http_run(
         .header("content-type", "application/json")
         .body(cx.input.to_vec());
     for (name, value) in headers {
-        request = request.header(name, expand_header(value, allowed));
+        request = request.header(name, expand_header(value, allowed, cx.env));
     }
     let cap = cx.cap;
     let call = async {
@@ -209,15 +217,18 @@ mod tests {
     #[test]
     fn headers_expand_allowed_variables_only() {
         std::env::set_var("HOOKBUS_TEST_TOKEN", "s3cret");
-        let allowed = vec!["HOOKBUS_TEST_TOKEN".to_owned()];
+        let allowed = vec!["HOOKBUS_TEST_TOKEN".to_owned(), "FROM_SETTINGS".to_owned()];
+        let env = BTreeMap::from([("FROM_SETTINGS".to_owned(), "yes".to_owned())]);
         assert_eq!(
-            expand_header("Bearer $HOOKBUS_TEST_TOKEN", &allowed),
+            expand_header("Bearer $HOOKBUS_TEST_TOKEN", &allowed, &env),
             "Bearer s3cret"
         );
         assert_eq!(
-            expand_header("Bearer ${HOOKBUS_TEST_TOKEN}", &allowed),
+            expand_header("Bearer ${HOOKBUS_TEST_TOKEN}", &allowed, &env),
             "Bearer s3cret"
         );
-        assert_eq!(expand_header("x $HOME y", &allowed), "x  y");
+        assert_eq!(expand_header("x $HOME y", &allowed, &env), "x  y");
+        assert_eq!(expand_header("$FROM_SETTINGS", &allowed, &env), "yes");
+        assert_eq!(expand_header("$FROM_SETTINGS", &allowed[..1], &env), "");
     }
 }

@@ -1,6 +1,6 @@
 //! Loading the `hooks` section of Claude Code settings files (CC-1, CC-2).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -15,6 +15,8 @@ use crate::model::error::Error;
 use crate::model::event::EventKind;
 use crate::model::filter::NamePattern;
 use crate::model::rule::Rule;
+
+use super::vars::{merge_env, settings_env, SET_BY_HOOKBUS};
 
 /// Version-dependent behaviour, with the current Claude Code behaviour as default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +144,11 @@ pub struct ClaudeSettings {
     pub warnings: Vec<SettingsWarning>,
     /// `disableAllHooks`, as the last file that sets it says.
     pub disabled: bool,
+    /// The merged `env` of the settings files (a later file's key overrides an earlier one's),
+    /// set in every command handler's environment and read by an http handler's header
+    /// expansion before the process environment. The variables hookbus sets itself
+    /// (`CLAUDE_PROJECT_DIR`, `CLAUDECODE`) win over it.
+    pub env: BTreeMap<String, String>,
     /// The behaviour settings.
     pub options: CompatOptions,
 }
@@ -160,8 +167,8 @@ pub(crate) fn session_end_budget(handlers: &[Handler]) -> Duration {
 
 impl ClaudeSettings {
     /// Loads and merges settings files in order (user, project, local). A file that is not
-    /// valid JSON, or larger than [`MAX_SETTINGS_BYTES`], is an error naming it, and nothing is
-    /// loaded.
+    /// valid JSON, or larger than [`MAX_SETTINGS_BYTES`], or whose `env` is not an object of
+    /// strings, is an error naming it (and the key), and nothing is loaded.
     pub fn load(files: &[impl AsRef<Path>], options: CompatOptions) -> Result<Self, Error> {
         let mut texts = Vec::with_capacity(files.len());
         for file in files {
@@ -179,6 +186,13 @@ impl ClaudeSettings {
             let value: Value = serde_json::from_str(text).map_err(|e| Error::json(name, &e))?;
             parsed.push((name.as_str(), value));
         }
+        let env = merge_env(
+            parsed
+                .iter()
+                .filter_map(|(name, value)| Some((name, value.as_object()?)))
+                .map(|(name, root)| settings_env(name, root))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
         let mut loader = Loader {
             options: &options,
             out: Vec::new(),
@@ -191,6 +205,15 @@ impl ClaudeSettings {
                 loader.warn(name, "$", "settings must be a JSON object; ignored");
                 continue;
             };
+            for var in SET_BY_HOOKBUS {
+                if root.get("env").and_then(|e| e.get(*var)).is_some() {
+                    loader.warn(
+                        name,
+                        &format!("env.{var}"),
+                        "hookbus sets this variable for every hook itself; the value is not used",
+                    );
+                }
+            }
             match root.get("disableAllHooks") {
                 Some(Value::Bool(b)) => disabled = *b,
                 Some(_) => loader.warn(name, "disableAllHooks", "must be true or false; ignored"),
@@ -214,6 +237,7 @@ impl ClaudeSettings {
             handlers: if disabled { Vec::new() } else { handlers },
             warnings,
             disabled,
+            env,
             options,
         })
     }
