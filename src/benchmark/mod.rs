@@ -4,7 +4,7 @@
 //!
 //! * [`Subject`] is one way of dispatching a tool-call pair (PreToolUse + PostToolUse): a
 //!   baseline ([`baselines`]) or hookbus itself.
-//! * [`run`] measures every scenario (with warm-up and repeated timing; medians) and returns
+//! * `run` measures every scenario (with warm-up and repeated timing; medians) and returns
 //!   [`BenchResult`]s with the target of each and whether it passed.
 
 pub mod baselines;

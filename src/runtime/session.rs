@@ -201,6 +201,8 @@ impl BusSession {
     /// Subscribes a user task to this session's events (see [`Bus::subscribe`]). A session
     /// that is closing or closed refuses it, so a subscription never outlives its session or
     /// sees a later session of the same id.
+    ///
+    /// [`Bus::subscribe`]: crate::Bus::subscribe
     pub async fn subscribe(&self, subscription: Subscription) -> Result<Mailbox, Error> {
         self.check_open()?;
         self.core

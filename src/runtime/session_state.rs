@@ -27,12 +27,16 @@ pub struct BusSessionConfig {
     pub fields: SessionFields,
     /// How many envelopes [`BusSession::events`] replays to a reader that subscribes late
     /// (default 0: readers see events from the moment they subscribe).
+    ///
+    /// [`BusSession::events`]: crate::BusSession::events
     pub history: usize,
     /// The most bytes (as JSON) the kept history may take; older envelopes are dropped and
     /// counted (default 0: no byte cap).
     pub history_bytes: usize,
     /// How many envelopes a reader of [`BusSession::events`] may fall behind by before it skips
     /// (and counts) what it missed (default 0: [`DEFAULT_STREAM_BUFFER`](crate::DEFAULT_STREAM_BUFFER)).
+    ///
+    /// [`BusSession::events`]: crate::BusSession::events
     pub stream_buffer: usize,
 }
 
@@ -62,6 +66,8 @@ impl BusSessionConfig {
         self
     }
     /// Keep the last `n` envelopes for readers of [`BusSession::events`] that subscribe late.
+    ///
+    /// [`BusSession::events`]: crate::BusSession::events
     pub fn history(mut self, n: usize) -> Self {
         self.history = n;
         self
