@@ -285,3 +285,339 @@ fn an_env_entry_for_a_variable_hookbus_sets_is_a_warning() {
         s.warnings
     );
 }
+
+// ---- Item 2: plugins and `${CLAUDE_PLUGIN_ROOT}` ----
+
+/// A plugin's guard: it checks that `CLAUDE_PLUGIN_ROOT` is its plugin's directory (exit 1, no
+/// decision, otherwise) and blocks `rm -rf` with exit 2.
+const GUARD: &str = r#"input=$(cat)
+[ "$0" = "$CLAUDE_PLUGIN_ROOT/hooks/guard.sh" ] || { echo "wrong root: $0 vs $CLAUDE_PLUGIN_ROOT" >&2; exit 1; }
+case "$input" in
+  *"rm -rf"*) echo "guard of $CLAUDE_PLUGIN_ROOT: no rm -rf" >&2; exit 2 ;;
+esac"#;
+
+/// Writes a plugin as hook collections ship one: `hooks/hooks.json` running
+/// `${CLAUDE_PLUGIN_ROOT}/hooks/guard.sh` on Bash, in shell form or (with `exec`) exec form.
+fn guard_plugin(parent: &Path, name: &str, exec: bool) -> PathBuf {
+    let root = parent.join(name);
+    std::fs::create_dir_all(root.join("hooks")).unwrap();
+    script(&root.join("hooks"), "guard.sh", GUARD);
+    let handler = if exec {
+        json!({ "type": "command", "command": "sh", "args": ["${CLAUDE_PLUGIN_ROOT}/hooks/guard.sh"] })
+    } else {
+        cmd("${CLAUDE_PLUGIN_ROOT}/hooks/guard.sh")
+    };
+    write_json(
+        &root.join("hooks").join("hooks.json"),
+        &json!({
+            "description": "blocks rm -rf",
+            "hooks": { "PreToolUse": [{ "matcher": "Bash", "hooks": [handler] }] }
+        }),
+    );
+    root
+}
+
+#[tokio::test]
+async fn a_plugins_claude_plugin_root_hook_blocks_a_pre_tool_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let settings = write_json(
+        &base.join("settings.json"),
+        &json!({ "env": { "HOOK_SAFETY_LEVEL": "strict" },
+                 "hooks": { "PreToolUse": [{ "matcher": "Bash", "hooks": [cmd("cat >/dev/null")] }] } }),
+    );
+    for exec in [false, true] {
+        let plugin = guard_plugin(&base, if exec { "exec" } else { "shell" }, exec);
+        let s =
+            ClaudeSettings::load_with_plugins(&[&settings], &[&plugin], CompatOptions::default())
+                .unwrap();
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        // Settings first, then the plugin.
+        assert_eq!(s.handlers.len(), 2);
+        assert_eq!(s.handlers[0].plugin_root, None);
+        assert_eq!(s.handlers[1].plugin_root.as_deref(), Some(plugin.as_path()));
+        let hooks_json = plugin.join("hooks").join("hooks.json");
+        assert_eq!(s.handlers[1].source, hooks_json.display().to_string());
+        let r = rig(&s, &base).await;
+        let o = r.bash("rm -rf /").await;
+        assert!(blocked(&o), "exec {exec}: {o:?}");
+        let reason: Vec<&str> = o.reasons.iter().map(|r| r.value.as_str()).collect();
+        assert_eq!(
+            reason,
+            [format!("guard of {}: no rm -rf", plugin.display())]
+        );
+        let runs = runs(&o);
+        assert_eq!(runs[0].env, ["HOOK_SAFETY_LEVEL"]);
+        assert_eq!(runs[1].env, ["HOOK_SAFETY_LEVEL", "CLAUDE_PLUGIN_ROOT"]);
+        let o = r.bash("ls").await;
+        assert_eq!(
+            o.decision,
+            Decision::Continue,
+            "the guard runs and allows: {o:?}"
+        );
+        r.done().await;
+    }
+}
+
+#[tokio::test]
+async fn each_plugin_keeps_its_own_copy_of_a_handler() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let one = guard_plugin(&base, "one", false);
+    let two = guard_plugin(&base, "two", false);
+    // The same handler as a settings file defines it, with `${CLAUDE_PLUGIN_ROOT}` unset there.
+    let settings = write_json(
+        &base.join("settings.json"),
+        &json!({ "hooks": { "PreToolUse": [{ "matcher": "Bash", "hooks": [cmd("${CLAUDE_PLUGIN_ROOT}/hooks/guard.sh")] }] } }),
+    );
+    let s = ClaudeSettings::load_with_plugins(
+        &[&settings],
+        &[&one, &two, &one],
+        CompatOptions::default(),
+    )
+    .unwrap();
+    let roots: Vec<Option<&Path>> = s
+        .handlers
+        .iter()
+        .map(|h| h.plugin_root.as_deref())
+        .collect();
+    assert_eq!(
+        roots,
+        [None, Some(one.as_path()), Some(two.as_path())],
+        "one given twice is one"
+    );
+    let r = rig(&s, &base).await;
+    let o = r.bash("rm -rf /").await;
+    let mut reasons: Vec<&str> = o.reasons.iter().map(|r| r.value.as_str()).collect();
+    reasons.sort_unstable();
+    assert_eq!(
+        reasons,
+        [
+            format!("guard of {}: no rm -rf", one.display()),
+            format!("guard of {}: no rm -rf", two.display())
+        ]
+    );
+    r.done().await;
+}
+
+#[test]
+fn plugin_directories_that_are_missing_or_broken() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let err =
+        ClaudeSettings::load_with_plugins::<PathBuf, _>(&[], &[&missing], CompatOptions::default())
+            .unwrap_err();
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let s =
+        ClaudeSettings::load_with_plugins::<PathBuf, _>(&[], &[&empty], CompatOptions::default())
+            .unwrap();
+    assert!(s.handlers.is_empty());
+    assert!(
+        s.warnings[0].message.contains("no hooks/hooks.json"),
+        "{:?}",
+        s.warnings
+    );
+
+    let broken = dir.path().join("broken");
+    std::fs::create_dir_all(broken.join("hooks")).unwrap();
+    std::fs::write(broken.join("hooks").join("hooks.json"), "{ \"hooks\": ").unwrap();
+    match ClaudeSettings::load_with_plugins::<PathBuf, _>(
+        &[],
+        &[&empty, &broken],
+        CompatOptions::default(),
+    ) {
+        Err(Error::InvalidJson { origin, .. }) => {
+            assert!(origin.ends_with("broken/hooks/hooks.json"), "{origin}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_plugins_session_end_timeout_does_not_raise_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("p");
+    write_json(
+        &plugin.join("hooks").join("hooks.json"),
+        &json!({ "hooks": { "SessionEnd": [{ "hooks": [{ "type": "command", "command": "true", "timeout": 30 }] }] } }),
+    );
+    let s =
+        ClaudeSettings::load_with_plugins::<PathBuf, _>(&[], &[&plugin], CompatOptions::default())
+            .unwrap();
+    assert_eq!(s.handlers[0].timeout, Duration::from_millis(1500));
+}
+
+// ---- Item 2: unset `CLAUDE_*` variables warn ----
+
+#[test]
+fn a_command_reading_an_unset_claude_variable_is_a_warning_with_file_and_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = write_json(
+        &dir.path().join("settings.json"),
+        &json!({
+            "env": { "CLAUDE_MY_LEVEL": "strict" },
+            "hooks": { "PreToolUse": [{ "matcher": "Bash", "hooks": [
+                cmd("${CLAUDE_PLUGIN_ROOT}/hooks/guard.sh"),
+                cmd("echo $CLAUDE_HOOKBUS_TEST_UNSET_VAR $CLAUDE_MY_LEVEL ${CLAUDE_PROJECT_DIR} ${CLAUDE_X:-fallback}"),
+                { "type": "command", "command": "sh", "args": ["-c", "${CLAUDE_ENV_FILE}"] }
+            ] }] }
+        }),
+    );
+    let plugin = dir.path().join("p");
+    write_json(
+        &plugin.join("hooks").join("hooks.json"),
+        &json!({ "hooks": { "Stop": [{ "hooks": [cmd("${CLAUDE_PLUGIN_ROOT}/a.sh ${CLAUDE_PLUGIN_DATA}")] }] } }),
+    );
+    let s = ClaudeSettings::load_with_plugins(&[&settings], &[&plugin], CompatOptions::default())
+        .unwrap();
+    let file = settings.display().to_string();
+    let plugin_file = plugin
+        .join("hooks")
+        .join("hooks.json")
+        .display()
+        .to_string();
+    let found: Vec<(&str, &str, &str)> = s
+        .warnings
+        .iter()
+        .map(|w| {
+            let var = w.message.split('`').nth(1).unwrap_or_default();
+            (w.file.as_str(), w.path.as_str(), var)
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                file.as_str(),
+                "hooks.PreToolUse[0].hooks[0].command",
+                "${CLAUDE_PLUGIN_ROOT}"
+            ),
+            (
+                file.as_str(),
+                "hooks.PreToolUse[0].hooks[1].command",
+                "$CLAUDE_HOOKBUS_TEST_UNSET_VAR"
+            ),
+            (
+                file.as_str(),
+                "hooks.PreToolUse[0].hooks[2].args[1]",
+                "${CLAUDE_ENV_FILE}"
+            ),
+            (
+                plugin_file.as_str(),
+                "hooks.Stop[0].hooks[0].command",
+                "${CLAUDE_PLUGIN_DATA}"
+            ),
+        ],
+        "{:?}",
+        s.warnings
+    );
+    assert!(
+        s.warnings[0].message.contains("plugin"),
+        "{}",
+        s.warnings[0]
+    );
+}
+
+// ---- `hookbus replay --plugin-dir`, and the env names it reports ----
+
+fn replay(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookbus"))
+        .arg("replay")
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run hookbus replay");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const TRANSCRIPT: &str = r#"{"type":"user","sessionId":"s-1","message":{"role":"user","content":"clean"}}
+{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"sudo rm -rf build"}}]}}
+{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"x"}]}}
+{"type":"assistant","message":{"id":"m2","content":[{"type":"tool_use","id":"t2","name":"Bash","input":{"command":"sudo ls"}}]}}
+{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t2","content":"x"}]}}
+"#;
+
+#[test]
+fn replay_loads_plugin_dirs_and_names_the_env_it_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let safety = script(&base, "safety.sh", SAFETY_LEVEL);
+    let settings = write_json(
+        &base.join("settings.json"),
+        &json!({ "env": { "HOOK_SAFETY_LEVEL": "strict" },
+                 "hooks": { "PreToolUse": [{ "matcher": "Bash", "hooks": [cmd(&safety.display().to_string())] }] } }),
+    );
+    let plugin = guard_plugin(&base, "guard", false);
+    let transcript = base.join("t.jsonl");
+    std::fs::write(&transcript, TRANSCRIPT).unwrap();
+    let (settings, plugin, transcript) = (
+        settings.display().to_string(),
+        plugin.display().to_string(),
+        transcript.display().to_string(),
+    );
+    let common = [
+        "--transcript",
+        transcript.as_str(),
+        "--plugin-dir",
+        plugin.as_str(),
+    ];
+
+    let args = [
+        &["--settings", settings.as_str(), "--format", "json"][..],
+        &common[..],
+    ]
+    .concat();
+    let (code, out, err) = replay(&base, &args);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let t1 = &lines[0];
+    assert_eq!(t1["decision"], "deny", "{t1}");
+    assert_eq!(t1["handlers"][0]["env"], json!(["HOOK_SAFETY_LEVEL"]));
+    assert_eq!(
+        t1["handlers"][1]["env"],
+        json!(["HOOK_SAFETY_LEVEL", "CLAUDE_PLUGIN_ROOT"])
+    );
+    assert_eq!(t1["handlers"][1]["outcome"], "blocking_error");
+    assert!(t1["handlers"][1]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with(&plugin));
+    // No rm -rf: the strict safety level asks.
+    assert_eq!(lines[1]["decision"], "ask", "{}", lines[1]);
+
+    let args = [&["--settings", settings.as_str()][..], &common[..]].concat();
+    let (code, out, err) = replay(&base, &args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("      env: HOOK_SAFETY_LEVEL\n"), "{out}");
+    assert!(
+        !out.contains("strict\n") && !out.contains("=strict"),
+        "no values: {out}"
+    );
+
+    // A plugin alone needs no settings file.
+    let (code, out, err) = replay(&base, &common);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("decision: deny — guard of"), "{out}");
+
+    let missing = base.join("missing").display().to_string();
+    let (code, _, err) = replay(
+        &base,
+        &["--transcript", &transcript, "--plugin-dir", &missing],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains(&missing), "{err}");
+}

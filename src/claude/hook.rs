@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::output::{interpret, HandlerReport};
 use super::run::{run, RunCx};
 use super::settings::{ClaudeSettings, CompatOptions, Handler, HandlerKind};
-use super::vars::SET_BY_HOOKBUS;
+use super::vars::{PLUGIN_ROOT, SET_BY_HOOKBUS};
 use crate::model::action::Reply;
 use crate::model::error::{Error, HookError};
 use crate::model::filter::ToolFilter;
@@ -31,8 +31,9 @@ pub struct HandlerRun {
     /// The command (or URL), as written.
     pub command: String,
     /// The names of the variables set for the command beyond the inherited environment,
-    /// `CLAUDE_PROJECT_DIR` and `CLAUDECODE`: the settings' `env` keys. Names only, as the
-    /// values may be secrets; empty for an http handler and a run skipped by its `if`.
+    /// `CLAUDE_PROJECT_DIR` and `CLAUDECODE`: the settings' `env` keys, then
+    /// `CLAUDE_PLUGIN_ROOT` for a plugin's handler. Names only, as the values may be secrets;
+    /// empty for an http handler and a run skipped by its `if`.
     #[serde(default)]
     pub env: Vec<String>,
     /// How it went and what it decided.
@@ -122,6 +123,7 @@ impl ClaudeHook {
                 cap: self.options.output_cap,
                 cancel: cx.cancellation(),
                 env: &self.env,
+                plugin_root: self.handler.plugin_root.as_deref(),
             },
         )
         .await;
@@ -137,15 +139,18 @@ impl ClaudeHook {
 
     /// The names [`HandlerRun::env`] reports for a run.
     fn env_names(&self) -> Vec<String> {
-        match self.handler.kind {
-            HandlerKind::Command { .. } => self
-                .env
-                .keys()
-                .filter(|k| !SET_BY_HOOKBUS.contains(&k.as_str()))
-                .cloned()
-                .collect(),
-            HandlerKind::Http { .. } => Vec::new(),
+        if let HandlerKind::Http { .. } = self.handler.kind {
+            return Vec::new();
         }
+        let plugin = self.handler.plugin_root.is_some();
+        // What hookbus sets itself wins over the settings' `env`.
+        let overridden = |k: &str| SET_BY_HOOKBUS.contains(&k) || (plugin && k == PLUGIN_ROOT);
+        self.env
+            .keys()
+            .filter(|k| !overridden(k))
+            .cloned()
+            .chain(plugin.then(|| PLUGIN_ROOT.to_owned()))
+            .collect()
     }
 
     /// The first of the handler's groups whose matcher accepts the event, and whether its `if`

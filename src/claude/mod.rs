@@ -4,6 +4,9 @@
 //! * [`ClaudeSettings::load`] merges settings files in order (user, project, local), honours
 //!   `disableAllHooks`, and reports what it skipped as [`SettingsWarning`]s that name the file
 //!   and JSON path (CC-1). Matchers and `if` follow CC-2.
+//!   [`ClaudeSettings::load_with_plugins`] adds plugin directories' `hooks/hooks.json` after
+//!   them, each handler with its plugin's `CLAUDE_PLUGIN_ROOT`. A command reading a `CLAUDE_*`
+//!   variable that nothing sets for it is a warning.
 //! * Each handler becomes a [`ClaudeHook`]: a `command` runs through `sh -c` (or exec form with
 //!   `args`) with the event JSON on stdin, in the session's cwd, with `CLAUDE_PROJECT_DIR` and
 //!   `CLAUDECODE=1` and the settings' merged `env` ([`ClaudeSettings::env`]); its deadline is
@@ -18,7 +21,11 @@
 //! use hookbus::claude::{ClaudeSettings, CompatOptions};
 //!
 //! # async fn demo() -> Result<(), hookbus::Error> {
-//! let settings = ClaudeSettings::load(&[".claude/settings.json"], CompatOptions::default())?;
+//! let settings = ClaudeSettings::load_with_plugins(
+//!     &[".claude/settings.json"],
+//!     &["plugins/safety-guard"],
+//!     CompatOptions::default(),
+//! )?;
 //! for warning in &settings.warnings {
 //!     eprintln!("warning: {warning}");
 //! }
@@ -29,6 +36,7 @@
 
 mod hook;
 mod output;
+mod plugin;
 pub mod replay;
 mod run;
 mod settings;

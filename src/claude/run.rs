@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::settings::{expand_project_dir, HandlerKind};
+use super::settings::HandlerKind;
+use super::vars::{Dirs, PLUGIN_ROOT};
 use crate::model::bounds::deadline_after;
 use crate::sys::process::run::Ended;
 use crate::sys::process::{self, Captured};
@@ -42,6 +43,8 @@ pub(crate) struct RunCx<'a> {
     pub cancel: &'a CancellationToken,
     /// The settings' `env`: set for a command, read by header expansion.
     pub env: &'a BTreeMap<String, String>,
+    /// A plugin's handler: the plugin's directory (`CLAUDE_PLUGIN_ROOT`).
+    pub plugin_root: Option<&'a Path>,
 }
 
 /// Runs a handler and reports how it ended and how long it took.
@@ -61,18 +64,22 @@ pub(crate) async fn run(kind: &HandlerKind, cx: RunCx<'_>) -> (Raw, Duration) {
 async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> Raw {
     // One deadline for spawn, run and output collection.
     let deadline = deadline_after(Instant::now(), cx.timeout);
-    let dir = Some(cx.project_dir);
+    let dirs = Dirs {
+        project_dir: Some(cx.project_dir),
+        plugin_root: cx.plugin_root,
+    };
     let mut cmd = match args {
-        // Exec form: no shell; the project dir is substituted as plain text.
+        // Exec form: no shell; the directories are substituted as plain text.
         Some(args) => {
-            let mut c = tokio::process::Command::new(expand_project_dir(command, dir));
-            c.args(args.iter().map(|a| expand_project_dir(a, dir)));
+            let mut c = tokio::process::Command::new(dirs.exec(command));
+            c.args(args.iter().map(|a| dirs.exec(a)));
             c
         }
-        // Shell form: the shell expands `$CLAUDE_PROJECT_DIR` from the environment.
+        // Shell form: `${CLAUDE_PLUGIN_ROOT}` substituted, the rest expanded by the shell
+        // from the environment.
         None => {
             let mut c = tokio::process::Command::new("sh");
-            c.arg("-c").arg(command);
+            c.arg("-c").arg(dirs.shell(command));
             c
         }
     };
@@ -81,6 +88,9 @@ async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> 
         .envs(cx.env)
         .env("CLAUDE_PROJECT_DIR", cx.project_dir)
         .env("CLAUDECODE", "1");
+    if let Some(root) = cx.plugin_root {
+        cmd.env(PLUGIN_ROOT, root);
+    }
     let running = match process::run::spawn(&mut cmd, true) {
         Ok(running) => running,
         Err(e) => return Raw::SpawnError(format!("cannot start `{command}`: {e}")),
