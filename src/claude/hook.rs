@@ -1,5 +1,6 @@
 //! [`ClaudeHook`]: one settings handler as a hookbus [`Hook`], folded with every other hook.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,8 @@ use serde_json::Value;
 
 use super::output::{interpret, HandlerReport};
 use super::run::{run, RunCx};
-use super::settings::{ClaudeSettings, CompatOptions, Handler};
+use super::settings::{ClaudeSettings, CompatOptions, Handler, HandlerKind};
+use super::vars::{PLUGIN_ROOT, SET_BY_HOOKBUS};
 use crate::model::action::Reply;
 use crate::model::error::{Error, HookError};
 use crate::model::filter::ToolFilter;
@@ -28,6 +30,12 @@ pub struct HandlerRun {
     pub matcher: Option<String>,
     /// The command (or URL), as written.
     pub command: String,
+    /// The names of the variables set for the command beyond the inherited environment,
+    /// `CLAUDE_PROJECT_DIR` and `CLAUDECODE`: the settings' `env` keys, then
+    /// `CLAUDE_PLUGIN_ROOT` for a plugin's handler. Names only, as the values may be secrets;
+    /// empty for an http handler and a run skipped by its `if`.
+    #[serde(default)]
+    pub env: Vec<String>,
     /// How it went and what it decided.
     #[serde(flatten)]
     pub report: HandlerReport,
@@ -40,6 +48,7 @@ pub struct ClaudeHook {
     handler: Arc<Handler>,
     after: Option<String>,
     options: Arc<CompatOptions>,
+    env: Arc<BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for ClaudeHook {
@@ -61,6 +70,7 @@ impl ClaudeSettings {
     /// follows settings order).
     pub fn hooks(&self) -> Vec<ClaudeHook> {
         let options = Arc::new(self.options.clone());
+        let env = Arc::new(self.env.clone());
         self.handlers
             .iter()
             .enumerate()
@@ -69,6 +79,7 @@ impl ClaudeSettings {
                 after: h.after.map(|a| hook_name(a, &self.handlers[a])),
                 handler: Arc::new(h.clone()),
                 options: options.clone(),
+                env: env.clone(),
             })
             .collect()
     }
@@ -86,6 +97,60 @@ impl ClaudeHook {
     /// The handler it runs.
     pub fn handler(&self) -> &Handler {
         &self.handler
+    }
+
+    /// Runs the handler once on the event and reads its output.
+    async fn run_once(&self, cx: &HookCx) -> Result<HandlerReport, HookError> {
+        let env = cx.envelope();
+        let input = serde_json::to_vec(&**env)?;
+        let cwd = if env.fields.cwd.is_empty() {
+            std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+        } else {
+            PathBuf::from(&env.fields.cwd)
+        };
+        let project_dir = self
+            .options
+            .project_dir
+            .clone()
+            .unwrap_or_else(|| cwd.clone());
+        let (raw, elapsed) = run(
+            &self.handler.kind,
+            RunCx {
+                input: &input,
+                cwd: &cwd,
+                project_dir: &project_dir,
+                timeout: self.handler.timeout,
+                cap: self.options.output_cap,
+                cancel: cx.cancellation(),
+                env: &self.env,
+                plugin_root: self.handler.plugin_root.as_deref(),
+            },
+        )
+        .await;
+        let mut report = interpret(
+            env.kind(),
+            raw,
+            self.handler.on_failure_block,
+            self.options.json_over_exit_2,
+        );
+        report.duration_ms = elapsed.as_millis() as u64;
+        Ok(report)
+    }
+
+    /// The names [`HandlerRun::env`] reports for a run.
+    fn env_names(&self) -> Vec<String> {
+        if let HandlerKind::Http { .. } = self.handler.kind {
+            return Vec::new();
+        }
+        let plugin = self.handler.plugin_root.is_some();
+        // What hookbus sets itself wins over the settings' `env`.
+        let overridden = |k: &str| SET_BY_HOOKBUS.contains(&k) || (plugin && k == PLUGIN_ROOT);
+        self.env
+            .keys()
+            .filter(|k| !overridden(k))
+            .cloned()
+            .chain(plugin.then(|| PLUGIN_ROOT.to_owned()))
+            .collect()
     }
 
     /// The first of the handler's groups whose matcher accepts the event, and whether its `if`
@@ -159,42 +224,11 @@ impl Hook for ClaudeHook {
         let Some((matcher, passes)) = self.applies(cx) else {
             return Ok(Reply::proceed());
         };
-        let env = cx.envelope();
-        let kind = env.kind();
-        let report = if passes {
-            let input = serde_json::to_vec(&**env)?;
-            let cwd = if env.fields.cwd.is_empty() {
-                std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
-            } else {
-                PathBuf::from(&env.fields.cwd)
-            };
-            let project_dir = self
-                .options
-                .project_dir
-                .clone()
-                .unwrap_or_else(|| cwd.clone());
-            let (raw, elapsed) = run(
-                &self.handler.kind,
-                RunCx {
-                    input: &input,
-                    cwd: &cwd,
-                    project_dir: &project_dir,
-                    timeout: self.handler.timeout,
-                    cap: self.options.output_cap,
-                    cancel: cx.cancellation(),
-                },
-            )
-            .await;
-            let mut report = interpret(
-                kind,
-                raw,
-                self.handler.on_failure_block,
-                self.options.json_over_exit_2,
-            );
-            report.duration_ms = elapsed.as_millis() as u64;
-            report
+        let kind = cx.envelope().kind();
+        let (report, env) = if passes {
+            (self.run_once(cx).await?, self.env_names())
         } else {
-            HandlerReport::skipped()
+            (HandlerReport::skipped(), Vec::new())
         };
         tracing::debug!(hook = %self.name, event = %kind, outcome = ?report.outcome, decision = ?report.decision, "claude code handler ran");
         let mut reply = report.to_reply(kind);
@@ -202,6 +236,7 @@ impl Hook for ClaudeHook {
             source: self.handler.source.clone(),
             matcher,
             command: self.handler.command().to_owned(),
+            env,
             report,
         };
         reply.extras.metadata.push((

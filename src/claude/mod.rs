@@ -4,10 +4,14 @@
 //! * [`ClaudeSettings::load`] merges settings files in order (user, project, local), honours
 //!   `disableAllHooks`, and reports what it skipped as [`SettingsWarning`]s that name the file
 //!   and JSON path (CC-1). Matchers and `if` follow CC-2.
+//!   [`ClaudeSettings::load_with_plugins`] adds plugin directories' `hooks/hooks.json` after
+//!   them, each handler with its plugin's `CLAUDE_PLUGIN_ROOT`. A command reading a `CLAUDE_*`
+//!   variable that nothing sets for it is a warning.
 //! * Each handler becomes a [`ClaudeHook`]: a `command` runs through `sh -c` (or exec form with
 //!   `args`) with the event JSON on stdin, in the session's cwd, with `CLAUDE_PROJECT_DIR` and
-//!   `CLAUDECODE=1`; its deadline is enforced here and kills the whole process group (CC-3). An
-//!   `http` handler POSTs the same JSON.
+//!   `CLAUDECODE=1` and the settings' merged `env` ([`ClaudeSettings::env`]); its deadline is
+//!   enforced here and kills the whole process group (CC-3). An `http` handler POSTs the same
+//!   JSON.
 //! * The output is read as Claude Code reads it (CC-4, CC-5) into a [`HandlerReport`], which
 //!   becomes the hook's typed answer; the runtime folds the answers deterministically in settings
 //!   order (CC-6). Every run also leaves its report in the outcome's metadata under
@@ -17,7 +21,11 @@
 //! use hookbus::claude::{ClaudeSettings, CompatOptions};
 //!
 //! # async fn demo() -> Result<(), hookbus::Error> {
-//! let settings = ClaudeSettings::load(&[".claude/settings.json"], CompatOptions::default())?;
+//! let settings = ClaudeSettings::load_with_plugins(
+//!     &[".claude/settings.json"],
+//!     &["plugins/safety-guard"],
+//!     CompatOptions::default(),
+//! )?;
 //! for warning in &settings.warnings {
 //!     eprintln!("warning: {warning}");
 //! }
@@ -28,9 +36,11 @@
 
 mod hook;
 mod output;
+mod plugin;
 pub mod replay;
 mod run;
 mod settings;
+mod vars;
 
 pub use hook::{ClaudeHook, HandlerRun, REPORT_KEY};
 pub use output::{cap, CcDecision, HandlerOutcome, HandlerReport, CONTEXT_CAP};

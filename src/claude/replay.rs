@@ -284,6 +284,9 @@ fn tool_use(block: &Value) -> Result<ToolUse, String> {
 pub struct ReplayOptions {
     /// Settings files, merged in this order.
     pub settings: Vec<PathBuf>,
+    /// Plugin directories whose `hooks/hooks.json` is loaded after the settings, in this order
+    /// ([`ClaudeSettings::load_with_plugins`]).
+    pub plugin_dirs: Vec<PathBuf>,
     /// The transcript.
     pub transcript: PathBuf,
     /// The hooks' cwd and the payloads' `cwd` (default: the current directory).
@@ -299,12 +302,15 @@ pub struct ReplayOptions {
 /// One handler in a [`ReplayLine`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplayHandler {
-    /// The settings file, as given.
+    /// The settings file, as given (a plugin's handler: its `hooks/hooks.json`).
     pub source: String,
     /// The matcher, as written (null when omitted).
     pub matcher: Option<String>,
     /// The command or URL, as written.
     pub command: String,
+    /// The names of the settings' `env` variables set for the command, and
+    /// `CLAUDE_PLUGIN_ROOT` for a plugin's (values are not shown).
+    pub env: Vec<String>,
     /// Its exit code (null on timeout or spawn failure).
     pub exit_code: Option<i32>,
     /// `success`, `blocking_error`, `non_blocking_error`, `timeout`, `spawn_error`, `skipped_by_if`.
@@ -420,6 +426,7 @@ fn line_of(env_event: &Event, outcome: &Outcome) -> ReplayLine {
                 source: r.source,
                 matcher: r.matcher,
                 command: r.command,
+                env: r.env,
                 exit_code: r.report.exit_code,
                 outcome: r.report.outcome,
                 json: r.report.json,
@@ -450,7 +457,8 @@ impl Replay {
         };
         let mut compat = options.compat;
         compat.project_dir = Some(options.project_dir.unwrap_or_else(|| cwd.clone()));
-        let settings = ClaudeSettings::load(&options.settings, compat)?;
+        let settings =
+            ClaudeSettings::load_with_plugins(&options.settings, &options.plugin_dirs, compat)?;
         let transcript = Transcript::load(&options.transcript)?;
         let transcript_path =
             std::path::absolute(&options.transcript).unwrap_or(options.transcript);
@@ -677,6 +685,9 @@ pub fn format_text(line: &ReplayLine) -> String {
             h.duration_ms,
             h.source
         ));
+        if !h.env.is_empty() {
+            out.push_str(&format!("      env: {}\n", h.env.join(", ")));
+        }
         if let Some(json) = &h.json {
             out.push_str(&format!("      output: {json}\n"));
         }

@@ -1,13 +1,15 @@
 //! Running one handler: a command (CC-3) or an HTTP endpoint, with its deadline enforced here,
 //! parent-side.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::settings::{expand_project_dir, HandlerKind};
+use super::settings::HandlerKind;
+use super::vars::{Dirs, PLUGIN_ROOT};
 use crate::model::bounds::deadline_after;
 use crate::sys::process::run::Ended;
 use crate::sys::process::{self, Captured};
@@ -39,6 +41,10 @@ pub(crate) struct RunCx<'a> {
     pub timeout: Duration,
     pub cap: usize,
     pub cancel: &'a CancellationToken,
+    /// The settings' `env`: set for a command, read by header expansion.
+    pub env: &'a BTreeMap<String, String>,
+    /// A plugin's handler: the plugin's directory (`CLAUDE_PLUGIN_ROOT`).
+    pub plugin_root: Option<&'a Path>,
 }
 
 /// Runs a handler and reports how it ended and how long it took.
@@ -58,24 +64,33 @@ pub(crate) async fn run(kind: &HandlerKind, cx: RunCx<'_>) -> (Raw, Duration) {
 async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> Raw {
     // One deadline for spawn, run and output collection.
     let deadline = deadline_after(Instant::now(), cx.timeout);
-    let dir = Some(cx.project_dir);
+    let dirs = Dirs {
+        project_dir: Some(cx.project_dir),
+        plugin_root: cx.plugin_root,
+    };
     let mut cmd = match args {
-        // Exec form: no shell; the project dir is substituted as plain text.
+        // Exec form: no shell; the directories are substituted as plain text.
         Some(args) => {
-            let mut c = tokio::process::Command::new(expand_project_dir(command, dir));
-            c.args(args.iter().map(|a| expand_project_dir(a, dir)));
+            let mut c = tokio::process::Command::new(dirs.exec(command));
+            c.args(args.iter().map(|a| dirs.exec(a)));
             c
         }
-        // Shell form: the shell expands `$CLAUDE_PROJECT_DIR` from the environment.
+        // Shell form: `${CLAUDE_PLUGIN_ROOT}` substituted, the rest expanded by the shell
+        // from the environment.
         None => {
             let mut c = tokio::process::Command::new("sh");
-            c.arg("-c").arg(command);
+            c.arg("-c").arg(dirs.shell(command));
             c
         }
     };
+    // The settings' `env` first: the variables hookbus sets win over it.
     cmd.current_dir(cx.cwd)
+        .envs(cx.env)
         .env("CLAUDE_PROJECT_DIR", cx.project_dir)
         .env("CLAUDECODE", "1");
+    if let Some(root) = cx.plugin_root {
+        cmd.env(PLUGIN_ROOT, root);
+    }
     let running = match process::run::spawn(&mut cmd, true) {
         Ok(running) => running,
         Err(e) => return Raw::SpawnError(format!("cannot start `{command}`: {e}")),
@@ -98,8 +113,9 @@ async fn command_run(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> 
     }
 }
 
-/// Expands `$VAR` / `${VAR}` in a header value for allowed names; others become empty.
-fn expand_header(value: &str, allowed: &[String]) -> String {
+/// Expands `$VAR` / `${VAR}` in a header value for allowed names, from the settings' `env` or
+/// else the process environment; other names become empty.
+fn expand_header(value: &str, allowed: &[String], env: &BTreeMap<String, String>) -> String {
     static VAR: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
             .expect("a valid pattern")
@@ -110,7 +126,9 @@ fn expand_header(value: &str, allowed: &[String]) -> String {
             .or_else(|| caps.get(2))
             .map_or("", |m| m.as_str());
         if allowed.iter().any(|a| a == name) {
-            std::env::var(name).unwrap_or_default()
+            env.get(name)
+                .cloned()
+                .unwrap_or_else(|| std::env::var(name).unwrap_or_default())
         } else {
             String::new()
         }
@@ -130,7 +148,7 @@ async fn http_run(
         .header("content-type", "application/json")
         .body(cx.input.to_vec());
     for (name, value) in headers {
-        request = request.header(name, expand_header(value, allowed));
+        request = request.header(name, expand_header(value, allowed, cx.env));
     }
     let cap = cx.cap;
     let call = async {
@@ -209,15 +227,18 @@ mod tests {
     #[test]
     fn headers_expand_allowed_variables_only() {
         std::env::set_var("HOOKBUS_TEST_TOKEN", "s3cret");
-        let allowed = vec!["HOOKBUS_TEST_TOKEN".to_owned()];
+        let allowed = vec!["HOOKBUS_TEST_TOKEN".to_owned(), "FROM_SETTINGS".to_owned()];
+        let env = BTreeMap::from([("FROM_SETTINGS".to_owned(), "yes".to_owned())]);
         assert_eq!(
-            expand_header("Bearer $HOOKBUS_TEST_TOKEN", &allowed),
+            expand_header("Bearer $HOOKBUS_TEST_TOKEN", &allowed, &env),
             "Bearer s3cret"
         );
         assert_eq!(
-            expand_header("Bearer ${HOOKBUS_TEST_TOKEN}", &allowed),
+            expand_header("Bearer ${HOOKBUS_TEST_TOKEN}", &allowed, &env),
             "Bearer s3cret"
         );
-        assert_eq!(expand_header("x $HOME y", &allowed), "x  y");
+        assert_eq!(expand_header("x $HOME y", &allowed, &env), "x  y");
+        assert_eq!(expand_header("$FROM_SETTINGS", &allowed, &env), "yes");
+        assert_eq!(expand_header("$FROM_SETTINGS", &allowed[..1], &env), "");
     }
 }
