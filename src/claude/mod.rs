@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cuts;
 mod hook;
 mod output;
 pub mod replay;
