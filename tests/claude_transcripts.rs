@@ -1,10 +1,13 @@
 //! What Claude Code hooks see of the transcript: `transcript_path` as the transcript stood at
-//! each event. Each test writes a small hook script that records its stdin (and the length of
-//! the transcript it was handed) into a log.
+//! each event, and `stop_hook_active` after a Stop continuation. Each test writes a small hook
+//! script that records its stdin (and the length of the transcript it was handed) into a log.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use hookbus::claude::{ClaudeSettings, CompatOptions};
+use hookbus::*;
 use serde_json::{json, Value};
 
 /// One run of the recording hook: the lines of the file at `transcript_path`, the mode of the
@@ -144,8 +147,7 @@ fn each_event_sees_the_transcript_as_it_stood_at_its_line() {
         .iter()
         .map(|s| s.lines)
         .collect();
-    assert_eq!(prompts.first(), Some(&1));
-    assert_eq!(prompts.last(), Some(&10));
+    assert_eq!(prompts, [1, 10], "the Stop feedback line is not a prompt");
     assert_eq!(runs_of(&seen, "PreToolUse")[0].lines, 6);
 
     // One path for the whole session, as in Claude Code: a copy with the transcript's file
@@ -158,4 +160,75 @@ fn each_event_sees_the_transcript_as_it_stood_at_its_line() {
         assert_eq!(s.input["transcript_path"], seen[0].input["transcript_path"]);
         assert_eq!(s.dir_mode, "700");
     }
+}
+
+#[test]
+fn stop_hook_active_is_true_on_the_stop_after_a_continuation() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = recorder(dir.path());
+    let lines = replay(dir.path(), &settings_for(&["Stop"], &hook), CONTINUED);
+    let stop_lines = lines.iter().filter(|l| l["event"] == "Stop").count();
+    assert_eq!(stop_lines, 3);
+    let active: Vec<Value> = runs_of(&seen(dir.path()), "Stop")
+        .iter()
+        .map(|s| s.input["stop_hook_active"].clone())
+        .collect();
+    // First answer: not continuing. After the block: continuing. A new prompt starts afresh.
+    assert_eq!(active, [json!(false), json!(true), json!(false)]);
+}
+
+#[tokio::test]
+async fn stop_hook_active_is_true_on_the_agent_loops_continuation_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = recorder(dir.path());
+    // Blocks the first Stop (exit 2), lets the second one through.
+    let gate = dir.path().join("gate.sh");
+    std::fs::write(
+        &gate,
+        format!(
+            "#!/bin/sh\ncat > /dev/null\nif [ ! -e '{0}/blocked' ]; then touch '{0}/blocked'; echo 'run the tests first' >&2; exit 2; fi\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    make_executable(&gate);
+    let doc = json!({ "hooks": { "Stop": [{ "hooks": [
+        { "type": "command", "command": gate.display().to_string() },
+        { "type": "command", "command": hook }
+    ] }] } });
+    let settings = ClaudeSettings::parse(
+        &[("settings.json".to_owned(), doc.to_string())],
+        CompatOptions::default(),
+    )
+    .unwrap();
+    let agent = Agent::builder()
+        .provider(
+            ScriptedProvider::new()
+                .turn(ScriptTurn::text("All done."))
+                .turn(ScriptTurn::text("Tests pass; done.")),
+        )
+        .claude_settings(&settings)
+        .build()
+        .await
+        .unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
+    let result = session.run_turn("fix the bug").await.unwrap();
+    assert_eq!(result.metrics.stop_continuations, 1);
+    session.close().await.unwrap();
+    agent.shutdown(Duration::from_secs(5)).await;
+
+    let log = std::fs::read_to_string(dir.path().join("seen.log")).unwrap();
+    // Agent sessions keep no transcript file: the recorder's line count is empty there, so
+    // read the inputs only.
+    let active: Vec<Value> = log
+        .lines()
+        .filter_map(|l| l.splitn(3, '\t').nth(2))
+        .map(|input| serde_json::from_str::<Value>(input).unwrap())
+        .map(|input| input["stop_hook_active"].clone())
+        .collect();
+    assert_eq!(active, [json!(false), json!(true)]);
 }

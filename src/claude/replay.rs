@@ -5,7 +5,9 @@
 //! The transcript is JSONL: `type: "assistant"` lines whose `message.content` holds `tool_use`
 //! blocks `{id, name, input}` (lines sharing `message.id` are one message), and `type: "user"`
 //! lines whose `message.content` holds `tool_result` blocks `{tool_use_id, content, is_error}`
-//! (or is a string: a prompt). Other lines and blocks are skipped.
+//! (or is a string: a prompt). A user line that begins `Stop hook feedback:` (or an `attachment`
+//! line with a Stop `hook_blocking_error`) is a Stop hook's block that the session went on from
+//! ([`Item::StopContinuation`]). Other lines and blocks are skipped.
 //!
 //! Each event's hooks get, as `transcript_path`, the transcript as it stood at the event: cut
 //! after the line that produced the event (see [`LineEnd`]), in a private directory that lives
@@ -27,6 +29,9 @@ use crate::model::event::*;
 use crate::model::outcome::{Decision, Outcome};
 use crate::runtime::bus::Bus;
 use crate::runtime::session::{BusSession, BusSessionConfig};
+
+/// How Claude Code begins the user message that hands a Stop hook's block to the model.
+const STOP_FEEDBACK: &str = "Stop hook feedback:";
 
 /// A line of the transcript, and where the transcript up to and including it ends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -83,6 +88,13 @@ pub enum Item {
         /// Its last line (a message may span several lines sharing `message.id`).
         at: LineEnd,
     },
+    /// A Stop hook blocked the end of the turn and the session went on: the user line `Stop
+    /// hook feedback: ...` (or the Stop `hook_blocking_error` attachment line) Claude Code
+    /// records then. Consecutive such lines are one item.
+    StopContinuation {
+        /// The first line that records it.
+        at: LineEnd,
+    },
 }
 
 /// A parsed transcript.
@@ -90,7 +102,7 @@ pub enum Item {
 pub struct Transcript {
     /// The first `sessionId` found.
     pub session_id: Option<String>,
-    /// Prompts and assistant messages in order.
+    /// Prompts, assistant messages and Stop continuations in order.
     pub items: Vec<Item>,
     /// Results by tool-use id.
     pub results: HashMap<String, ToolResult>,
@@ -207,12 +219,15 @@ impl Parser {
                 self.push_assistant(id, text, calls, at);
             }
             Some("user") => self.user_line(obj, content, at).map_err(bad)?,
+            Some("attachment") if stop_block_attachment(obj.get("attachment")) => {
+                self.push_continuation(at)
+            }
             _ => {}
         }
         Ok(())
     }
 
-    /// A user line: tool results or a prompt.
+    /// A user line: tool results, a prompt, or a Stop continuation.
     fn user_line(
         &mut self,
         obj: &serde_json::Map<String, Value>,
@@ -226,8 +241,19 @@ impl Parser {
             }
             _ => return Ok(()),
         };
-        self.t.items.push(Item::Prompt { text, at });
+        if text.starts_with(STOP_FEEDBACK) {
+            self.push_continuation(at);
+        } else {
+            self.t.items.push(Item::Prompt { text, at });
+        }
         Ok(())
+    }
+
+    /// Records a Stop continuation, unless the item before is one already.
+    fn push_continuation(&mut self, at: LineEnd) {
+        if !matches!(self.t.items.last(), Some(Item::StopContinuation { .. })) {
+            self.t.items.push(Item::StopContinuation { at });
+        }
     }
 
     /// Adds an assistant message, or merges it into the earlier one with the same message `id`.
@@ -301,6 +327,12 @@ impl Parser {
 /// Whether a content block is a `tool_result`.
 fn is_tool_result(block: &Value) -> bool {
     block.get("type").and_then(Value::as_str) == Some("tool_result")
+}
+
+/// Whether an `attachment` line's attachment records a Stop hook's block.
+fn stop_block_attachment(attachment: Option<&Value>) -> bool {
+    let field = |name: &str| attachment.and_then(|a| a.get(name)).and_then(Value::as_str);
+    field("type") == Some("hook_blocking_error") && field("hookEvent") == Some("Stop")
 }
 
 /// The text blocks (joined by newlines) and tool calls of an assistant message's content, on
@@ -566,11 +598,14 @@ impl Replay {
         Ok(())
     }
 
-    /// Replays the transcript's items in order.
+    /// Replays the transcript's items in order. A prompt starts a new query loop; a Stop
+    /// continuation makes the Stops after it, until the next prompt, `stop_hook_active`.
     async fn items<E: FnMut(&ReplayLine)>(&self, out: &mut Emitter<'_, E>) -> Result<(), Error> {
+        let mut continuing = false;
         for item in &self.transcript.items {
             match item {
                 Item::Prompt { text, at } => {
+                    continuing = false;
                     if self.all_events {
                         let prompt = Event::UserPromptSubmit(UserPromptSubmit {
                             prompt: text.clone(),
@@ -578,8 +613,10 @@ impl Replay {
                         out.fire(prompt, *at).await?;
                     }
                 }
+                Item::StopContinuation { .. } => continuing = true,
                 Item::Assistant { text, calls, at } => {
-                    self.assistant_message(out, text, calls, *at).await?
+                    self.assistant_message(out, text, calls, *at, continuing)
+                        .await?
                 }
             }
         }
@@ -609,13 +646,14 @@ impl Replay {
 
     /// Replays one assistant message (whose last line is `at`): PreToolUse for each call, then
     /// the Post event of each call that ran, then (all events) Stop for a message with text and
-    /// no calls.
+    /// no calls, `stop_hook_active` when a Stop hook's block made the session go on.
     async fn assistant_message<E: FnMut(&ReplayLine)>(
         &self,
         out: &mut Emitter<'_, E>,
         text: &str,
         calls: &[ToolUse],
         at: LineEnd,
+        stop_hook_active: bool,
     ) -> Result<(), Error> {
         let mut runs = Vec::with_capacity(calls.len());
         for call in calls {
@@ -631,7 +669,7 @@ impl Replay {
         }
         if self.all_events && calls.is_empty() && !text.is_empty() {
             let stop = Event::Stop(Stop {
-                stop_hook_active: false,
+                stop_hook_active,
                 last_assistant_message: Some(text.to_owned()),
             });
             out.fire(stop, at).await?;
