@@ -1,6 +1,7 @@
 //! What Claude Code hooks see of the transcript: `transcript_path` as the transcript stood at
-//! each event, and `stop_hook_active` after a Stop continuation. Each test writes a small hook
-//! script that records its stdin (and the length of the transcript it was handed) into a log.
+//! each event, `stop_hook_active` after a Stop continuation, and prompts given as a list of
+//! content blocks. Each test writes a small hook script that records its stdin (and the length
+//! of the transcript it was handed) into a log.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -231,4 +232,37 @@ async fn stop_hook_active_is_true_on_the_agent_loops_continuation_stop() {
         .map(|input| input["stop_hook_active"].clone())
         .collect();
     assert_eq!(active, [json!(false), json!(true)]);
+}
+
+#[test]
+fn a_prompt_of_text_and_an_image_fires_user_prompt_submit_with_its_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = recorder(dir.path());
+    let transcript = r#"{"type":"user","sessionId":"s-7","message":{"role":"user","content":[{"type":"text","text":"What is in this picture?"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"text","text":"Answer in one word."}]}}
+{"type":"assistant","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"A cat."}]}}
+{"type":"user","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user]"}]}}
+{"type":"user","message":{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]}}
+"#;
+    let lines = replay(
+        dir.path(),
+        &settings_for(&["UserPromptSubmit"], &hook),
+        transcript,
+    );
+    let fired = lines
+        .iter()
+        .filter(|l| l["event"] == "UserPromptSubmit")
+        .count();
+    // The text and image prompt and the image alone; not the interruption note.
+    assert_eq!(fired, 2);
+    let seen = seen(dir.path());
+    let prompts: Vec<&Value> = seen.iter().map(|s| &s.input["prompt"]).collect();
+    // Text blocks joined by newlines; an image alone is a prompt without text.
+    assert_eq!(
+        prompts,
+        [
+            &json!("What is in this picture?\nAnswer in one word."),
+            &json!("")
+        ]
+    );
+    assert_eq!(seen[0].lines, 1);
 }

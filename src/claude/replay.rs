@@ -5,9 +5,12 @@
 //! The transcript is JSONL: `type: "assistant"` lines whose `message.content` holds `tool_use`
 //! blocks `{id, name, input}` (lines sharing `message.id` are one message), and `type: "user"`
 //! lines whose `message.content` holds `tool_result` blocks `{tool_use_id, content, is_error}`
-//! (or is a string: a prompt). A user line that begins `Stop hook feedback:` (or an `attachment`
-//! line with a Stop `hook_blocking_error`) is a Stop hook's block that the session went on from
-//! ([`Item::StopContinuation`]). Other lines and blocks are skipped.
+//! or is a prompt: a string, or a list of blocks (text and images) whose text blocks are joined
+//! by newlines. User lines Claude Code writes itself are not prompts: `isMeta` and
+//! `isCompactSummary` lines and interruption notes; a user line that begins `Stop hook
+//! feedback:` (or an `attachment` line with a Stop `hook_blocking_error`) is a Stop hook's block
+//! that the session went on from ([`Item::StopContinuation`]). Other lines and blocks are
+//! skipped.
 //!
 //! Each event's hooks get, as `transcript_path`, the transcript as it stood at the event: cut
 //! after the line that produced the event (see [`LineEnd`]), in a private directory that lives
@@ -32,6 +35,9 @@ use crate::runtime::session::{BusSession, BusSessionConfig};
 
 /// How Claude Code begins the user message that hands a Stop hook's block to the model.
 const STOP_FEEDBACK: &str = "Stop hook feedback:";
+
+/// How Claude Code's interruption notes begin (user lines that are not prompts).
+const INTERRUPTED: &str = "[Request interrupted by user";
 
 /// A line of the transcript, and where the transcript up to and including it ends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -72,9 +78,10 @@ pub struct ToolResult {
 /// What a transcript holds, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
-    /// A user prompt (a user line whose content is a string).
+    /// A user prompt: a user line whose content is a string, or a list of blocks without a
+    /// `tool_result` (text and images, as Claude Code records a prompt with an attachment).
     Prompt {
-        /// The prompt's text.
+        /// The prompt's text: the string, or the text blocks joined by newlines.
         text: String,
         /// Its line.
         at: LineEnd,
@@ -227,7 +234,8 @@ impl Parser {
         Ok(())
     }
 
-    /// A user line: tool results, a prompt, or a Stop continuation.
+    /// A user line: tool results, a prompt, a Stop continuation, or a line Claude Code wrote
+    /// itself (skipped).
     fn user_line(
         &mut self,
         obj: &serde_json::Map<String, Value>,
@@ -236,14 +244,16 @@ impl Parser {
     ) -> Result<(), String> {
         let text = match content {
             Some(Value::String(prompt)) => prompt.clone(),
-            Some(Value::Array(blocks)) => {
+            Some(Value::Array(blocks)) if blocks.iter().any(is_tool_result) => {
                 return self.record_results(blocks, obj.get("toolUseResult"), at);
             }
+            Some(Value::Array(blocks)) if !blocks.is_empty() => text_blocks(blocks),
             _ => return Ok(()),
         };
+        let flag = |name: &str| obj.get(name).and_then(Value::as_bool).unwrap_or(false);
         if text.starts_with(STOP_FEEDBACK) {
             self.push_continuation(at);
-        } else {
+        } else if !flag("isMeta") && !flag("isCompactSummary") && !text.starts_with(INTERRUPTED) {
             self.t.items.push(Item::Prompt { text, at });
         }
         Ok(())
@@ -327,6 +337,17 @@ impl Parser {
 /// Whether a content block is a `tool_result`.
 fn is_tool_result(block: &Value) -> bool {
     block.get("type").and_then(Value::as_str) == Some("tool_result")
+}
+
+/// The `text` of a list of content blocks' text blocks, joined by newlines (images and other
+/// blocks carry no text).
+fn text_blocks(blocks: &[Value]) -> String {
+    blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Whether an `attachment` line's attachment records a Stop hook's block.
