@@ -34,6 +34,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cuts;
 mod hook;
 mod output;
 mod plugin;
