@@ -91,6 +91,8 @@ pub mod claude;
 pub mod model;
 pub mod permission;
 pub mod prelude;
+#[cfg(feature = "providers")]
+pub mod providers;
 pub mod runtime;
 #[cfg(feature = "service")]
 pub mod service;
@@ -109,7 +111,7 @@ pub use agent::{
     Message, ModelRequest, ModelResponse, Pipeline, Provider, ProviderError, Role, Script,
     ScriptCall, ScriptError, ScriptTurn, ScriptedProvider, SessionOptions, SessionProvider,
     TaskTool, TerminalReason, Tool, ToolCall, ToolCx, ToolError, ToolSpec, TurnMetrics, TurnResult,
-    Usage, DEFAULT_APPROVAL_TIMEOUT,
+    Usage, COMPACTION_PROMPT, DEFAULT_APPROVAL_TIMEOUT,
 };
 pub use async_trait::async_trait;
 pub use model::{

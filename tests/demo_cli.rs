@@ -1,5 +1,7 @@
 //! `hookbus demo` runs non-interactively and prints the trace, the result and the summary.
 
+mod common;
+
 use std::process::{Command, Stdio};
 
 fn demo(args: &[&str]) -> (i32, String, String) {
@@ -117,4 +119,86 @@ fn a_bad_script_is_one_clear_line() {
     let expected = format!("hookbus: {}:2:", script.display());
     assert!(err.starts_with(&expected), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// `hookbus demo --provider anthropic` against a local server speaking the Messages API (through
+/// `ANTHROPIC_BASE_URL`): the same hooks, permission prompt and audit, and the same result.
+#[cfg(feature = "service")]
+#[test]
+fn demo_runs_against_an_anthropic_compatible_server() {
+    use common::model_server::{anthropic_answer, serve, Reply};
+    use serde_json::json;
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let answers = [
+        (
+            "Reading main.py.",
+            ("toolu_a", "read_file", json!({"path": "main.py"})),
+        ),
+        (
+            "Running it.",
+            ("toolu_b", "bash", json!({"command": "python3 main.py"})),
+        ),
+        (
+            "Writing the summary.",
+            (
+                "toolu_c",
+                "write_file",
+                json!({"path": "SUMMARY.md", "content": "main.py prints 42\n"}),
+            ),
+        ),
+    ];
+    let mut replies: Vec<Reply> = answers
+        .into_iter()
+        .map(|(text, call)| Reply::Sse(anthropic_answer(text, &[call], (100, 10))))
+        .collect();
+    replies.push(Reply::Sse(anthropic_answer(
+        "main.py prints 42.",
+        &[],
+        (120, 8),
+    )));
+    let (addr, script) = rt.block_on(serve(replies));
+    let out = Command::new(env!("CARGO_BIN_EXE_hookbus"))
+        .args(["demo", "--provider", "anthropic", "--model", "claude-test"])
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", format!("http://{addr}"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hookbus demo");
+    let (code, out, err) = (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    for line in [
+        "[Model] Reading main.py.",
+        "[Permission] bash wants to run {\"command\":\"python3 main.py\"}",
+        "[Tool] bash → 42",
+        "[Turn 1] completed",
+    ] {
+        assert!(out.contains(line), "missing `{line}` in:\n{out}");
+    }
+    let summary = std::fs::read_to_string(workspace_of(&out).join("SUMMARY.md")).unwrap();
+    assert_eq!(summary, "main.py prints 42\n");
+    let requests = script.requests.lock().clone();
+    assert_eq!(requests.len(), 4);
+    assert_eq!(requests[0].1["model"], "claude-test");
+    assert!(requests[0].1["system"]
+        .as_str()
+        .unwrap_or("")
+        .contains("coding agent"));
+}
+
+#[test]
+fn demo_with_a_real_provider_and_no_key_says_what_to_set_and_exits_2() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hookbus"))
+        .args(["demo", "--provider", "anthropic"])
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hookbus demo");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ANTHROPIC_API_KEY"), "{err}");
 }

@@ -13,6 +13,7 @@ const LAYERS: &[&str] = &[
     "runtime",
     "permission",
     "agent",
+    "providers",
     "builtins",
     "claude",
     "service",

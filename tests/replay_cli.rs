@@ -200,7 +200,12 @@ fn the_payload_carries_the_transcript_session_and_paths() {
     let payload: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
     assert_eq!(payload["session_id"], "sess-1");
     assert_eq!(payload["hook_event_name"], "PostToolUseFailure");
-    assert_eq!(payload["transcript_path"], transcript);
+    // The transcript as it stood at the event (a copy with its file name in the replay's
+    // private directory), cut after the line of t3's result.
+    let cut = std::path::PathBuf::from(payload["transcript_path"].as_str().unwrap());
+    assert_eq!(cut.file_name().unwrap(), "t.jsonl");
+    assert_ne!(cut.display().to_string(), transcript);
+    assert!(!cut.exists(), "removed after the replay");
     assert_eq!(payload["cwd"], "/tmp");
     assert_eq!(payload["permission_mode"], "default");
     assert_eq!(payload["error"], "boom");

@@ -621,3 +621,56 @@ async fn history_is_capped_in_bytes_and_turn_responses_are_capped() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 413);
 }
+
+/// A client picks a model only among those the operator offers, by name; it can never point a
+/// session at a URL of its own.
+#[cfg(feature = "providers")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_uses_a_provider_the_operator_offers_and_no_other() {
+    use common::model_server::{anthropic_answer, serve, Reply};
+    use hookbus::providers::AnthropicProvider;
+
+    let (model, requests) = serve(vec![Reply::Sse(anthropic_answer(
+        "From the model.",
+        &[],
+        (3, 4),
+    ))])
+    .await;
+    let svc = start_with(
+        |c| {
+            let provider = AnthropicProvider::new("sk-operator", "claude-test")
+                .base_url(format!("http://{model}"));
+            c.providers
+                .insert("anthropic", std::sync::Arc::new(provider));
+        },
+        |a| a,
+    )
+    .await;
+    let (status, body) = svc
+        .post("/sessions", json!({ "id": "m", "provider": "anthropic" }))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, r) = svc
+        .post("/sessions/m/turns", json!({ "prompt": "hi" }))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["text"], "From the model.", "{r}");
+    let seen = requests.requests.lock().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0["x-api-key"], "sk-operator");
+
+    for body in [
+        json!({ "id": "x", "provider": "openai" }),
+        json!({ "id": "y", "provider": "anthropic", "base_url": "http://evil.example" }),
+    ] {
+        let (status, r) = svc.post("/sessions", body.clone()).await;
+        if body.get("base_url").is_some() {
+            // A field naming a URL is refused: nothing the client sends points a session elsewhere.
+            assert!(status == 400 || status == 422, "{status} {r}");
+        } else {
+            assert_eq!(status, 400, "{r}");
+            assert!(r.to_string().contains("offers anthropic"), "{r}");
+        }
+    }
+    assert_eq!(requests.requests.lock().len(), 1);
+}

@@ -40,7 +40,7 @@ use crate::sys::sandbox::SandboxPolicy;
 pub use pipeline::{system_reminder, CallResult, CallStatus, Pipeline, DEFAULT_APPROVAL_TIMEOUT};
 pub use provider::{
     Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, SessionProvider, ToolSpec,
-    Usage,
+    Usage, COMPACTION_PROMPT,
 };
 #[cfg(feature = "service")]
 pub(crate) use run::cut_text;

@@ -220,6 +220,14 @@ impl std::fmt::Debug for SessionProvider {
     }
 }
 
+/// What compaction asks a model that [summarizes](Provider::summarizes), as the last user
+/// message after the messages being compacted (no tools offered); the custom instructions of a
+/// manual compaction follow it. The answer replaces those messages.
+pub const COMPACTION_PROMPT: &str = "Summarize the conversation so far so that you can continue \
+the work from the summary alone: the user's goals and constraints, what was done (files read \
+and changed, commands run and their results), what was decided and why, and what is left to \
+do. Be specific (paths, names, numbers) and brief. Answer with the summary only.";
+
 /// A model: messages and tool specs in; text, tool calls and token usage out.
 ///
 /// One provider serves every session of an [`Agent`](crate::Agent) (and may be overridden per
@@ -229,6 +237,13 @@ pub trait Provider: Send + Sync + 'static {
     /// The model's name (reported in `SessionStart.model`).
     fn model(&self) -> &str {
         "unknown"
+    }
+
+    /// Whether compaction asks this model for the summary (with [`COMPACTION_PROMPT`] after
+    /// the messages being compacted). `false` (the default): the loop summarises offline, one
+    /// excerpt line per message, as for the scripted provider.
+    fn summarizes(&self) -> bool {
+        false
     }
 
     /// One model call. Should return [`ProviderError::Cancelled`] soon after `cancel` fires

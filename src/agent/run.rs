@@ -18,7 +18,9 @@ use super::turn::{TerminalReason, TurnMetrics, TurnResult};
 use super::{AgentInner, LoopMsg, LoopShared};
 use crate::agent::dedup::ContextDeduplicator;
 use crate::agent::pipeline::{reminders_of, system_reminder, CallResult, CallStatus, Pipeline};
-use crate::agent::provider::{Message, ModelRequest, ModelResponse, ProviderError, Role, ToolSpec};
+use crate::agent::provider::{
+    Message, ModelRequest, ModelResponse, ProviderError, Role, ToolSpec, COMPACTION_PROMPT,
+};
 use crate::agent::tool::{Tool, ToolCall};
 use crate::model::error::Error;
 use crate::model::error::{ActorFailure, ActorKind};
@@ -537,7 +539,12 @@ impl SessionLoop {
             tracing::info!(session = %self.shared.id, reason = %pre.reason_text(), "compaction blocked by a PreCompact hook");
             return Ok(false);
         }
-        let summary = compact::summarize(&self.messages[head..cut], instructions.as_deref());
+        let summary = self
+            .summary(cut, instructions.as_deref(), metrics)
+            .await
+            .unwrap_or_else(|| {
+                compact::summarize(&self.messages[head..cut], instructions.as_deref())
+            });
         self.messages
             .splice(head..cut, [Message::user(summary.clone())]);
         metrics.compactions += 1;
@@ -549,6 +556,54 @@ impl SessionLoop {
         .await?;
         self.session_start(SessionSource::Compact).await;
         Ok(true)
+    }
+}
+
+impl SessionLoop {
+    /// The model's summary of the messages before `cut` (the system prompt included), when the
+    /// provider summarises; `None` to fall back to the offline summary (also when the call
+    /// fails, with a warning).
+    async fn summary(
+        &self,
+        cut: usize,
+        instructions: Option<&str>,
+        metrics: &mut TurnMetrics,
+    ) -> Option<String> {
+        if !self.shared.provider.summarizes() {
+            return None;
+        }
+        let mut ask = COMPACTION_PROMPT.to_owned();
+        if let Some(text) = instructions.filter(|t| !t.trim().is_empty()) {
+            ask.push_str("\n\nAdditional instructions: ");
+            ask.push_str(text);
+        }
+        let mut messages = self.messages[..cut].to_vec();
+        messages.push(Message::user(ask));
+        let request = ModelRequest {
+            session_id: &self.shared.id,
+            agent_type: self.shared.lineage.agent_type.as_deref(),
+            messages: &messages,
+            tools: &[],
+        };
+        let cancel = self.shared.cancel.lock().clone();
+        match self.shared.provider.complete(request, &cancel).await {
+            Ok(response) if !response.text.trim().is_empty() => {
+                metrics.input_tokens += response.usage.input_tokens;
+                metrics.output_tokens += response.usage.output_tokens;
+                Some(format!(
+                    "Summary of the earlier conversation:\n{}",
+                    response.text.trim()
+                ))
+            }
+            Ok(_) => {
+                tracing::warn!(session = %self.shared.id, "the model's summary was empty; summarising offline");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(session = %self.shared.id, "the model could not summarise ({e}); summarising offline");
+                None
+            }
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! [`ClaudeHook`]: one settings handler as a hookbus [`Hook`], folded with every other hook.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use super::output::{interpret, HandlerReport};
 use super::prompt::{evaluate, PromptCall};
 use super::run::{self, Job, Mode, Ran, Raw, RunCx};
 use super::settings::{AsyncMode, ClaudeSettings, CompatOptions, Handler, HandlerKind};
+use super::vars::{PLUGIN_ROOT, SET_BY_HOOKBUS};
 use crate::agent::provider::{Provider, SessionProvider};
 use crate::model::action::Reply;
 use crate::model::error::{Error, HookError};
@@ -31,8 +33,14 @@ pub struct HandlerRun {
     pub source: String,
     /// The matcher of the group that applied, as written.
     pub matcher: Option<String>,
-    /// The command (or URL), as written.
+    /// The command, URL or prompt, as written.
     pub command: String,
+    /// The names of the variables set for the command beyond the inherited environment,
+    /// `CLAUDE_PROJECT_DIR` and `CLAUDECODE`: the settings' `env` keys, then
+    /// `CLAUDE_PLUGIN_ROOT` for a plugin's handler. Names only, as the values may be secrets;
+    /// empty for an http or prompt handler and a run skipped by its `if`.
+    #[serde(default)]
+    pub env: Vec<String>,
     /// How it went and what it decided.
     #[serde(flatten)]
     pub report: HandlerReport,
@@ -47,6 +55,7 @@ pub struct ClaudeHook {
     options: Arc<CompatOptions>,
     background: Arc<Background>,
     provider: Option<Arc<dyn Provider>>,
+    env: Arc<BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for ClaudeHook {
@@ -80,6 +89,7 @@ impl ClaudeSettings {
     /// [`ASYNC_HOOK_NAME`](super::ASYNC_HOOK_NAME)).
     pub fn hooks(&self) -> Vec<Arc<dyn Hook>> {
         let options = Arc::new(self.options.clone());
+        let env = Arc::new(self.env.clone());
         let background = Arc::new(Background::default());
         let mut hooks: Vec<Arc<dyn Hook>> = self
             .handlers
@@ -93,6 +103,7 @@ impl ClaudeSettings {
                     options: options.clone(),
                     background: background.clone(),
                     provider: self.provider().cloned(),
+                    env: env.clone(),
                 }) as Arc<dyn Hook>
             })
             .collect();
@@ -203,7 +214,7 @@ impl ClaudeHook {
 
     /// Where and how a command or http handler runs.
     fn run_cx<'a>(
-        &self,
+        &'a self,
         cx: &'a HookCx,
         input: &'a [u8],
         cwd: &'a Path,
@@ -218,6 +229,8 @@ impl ClaudeHook {
             cap: self.options.output_cap,
             cancel: cx.cancellation(),
             mode,
+            env: &self.env,
+            plugin_root: self.handler.plugin_root.as_deref(),
         }
     }
 
@@ -253,6 +266,22 @@ impl ClaudeHook {
         let mut report = HandlerReport::backgrounded();
         report.duration_ms = elapsed.as_millis() as u64;
         report
+    }
+
+    /// The names [`HandlerRun::env`] reports for a run.
+    fn env_names(&self) -> Vec<String> {
+        if !matches!(self.handler.kind, HandlerKind::Command { .. }) {
+            return Vec::new();
+        }
+        let plugin = self.handler.plugin_root.is_some();
+        // What hookbus sets itself wins over the settings' `env`.
+        let overridden = |k: &str| SET_BY_HOOKBUS.contains(&k) || (plugin && k == PLUGIN_ROOT);
+        self.env
+            .keys()
+            .filter(|k| !overridden(k))
+            .cloned()
+            .chain(plugin.then(|| PLUGIN_ROOT.to_owned()))
+            .collect()
     }
 
     /// The first of the handler's groups whose matcher accepts the event, and whether its `if`
@@ -327,10 +356,10 @@ impl Hook for ClaudeHook {
             return Ok(Reply::proceed());
         };
         let kind = cx.envelope().kind();
-        let report = if passes {
-            self.run(cx).await
+        let (report, env) = if passes {
+            (self.run(cx).await, self.env_names())
         } else {
-            HandlerReport::skipped()
+            (HandlerReport::skipped(), Vec::new())
         };
         tracing::debug!(hook = %self.name, event = %kind, outcome = ?report.outcome, decision = ?report.decision, "claude code handler ran");
         let mut reply = report.to_reply(kind);
@@ -338,6 +367,7 @@ impl Hook for ClaudeHook {
             source: self.handler.source.clone(),
             matcher,
             command: self.handler.command().to_owned(),
+            env,
             report,
         };
         reply.extras.metadata.push((

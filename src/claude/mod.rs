@@ -4,12 +4,16 @@
 //! * [`ClaudeSettings::load`] merges settings files in order (user, project, local), honours
 //!   `disableAllHooks`, and reports what it skipped as [`SettingsWarning`]s that name the file
 //!   and JSON path (CC-1). Matchers and `if` follow CC-2.
+//!   [`ClaudeSettings::load_with_plugins`] adds plugin directories' `hooks/hooks.json` after
+//!   them, each handler with its plugin's `CLAUDE_PLUGIN_ROOT`. A command reading a `CLAUDE_*`
+//!   variable that nothing sets for it is a warning.
 //! * Each handler becomes a [`ClaudeHook`]: a `command` runs through `sh -c` (or exec form with
 //!   `args`) with the event's input on stdin, in the session's cwd, with `CLAUDE_PROJECT_DIR`
-//!   and `CLAUDECODE=1`; its deadline is enforced here and kills the whole process group
-//!   (CC-3). An `http` handler POSTs the same JSON; a `prompt` handler asks a model
-//!   [`Provider`](crate::Provider) (the one given with [`ClaudeSettings::with_provider`], else
-//!   the agent session's own) and reads its `{"ok", "reason"}` answer.
+//!   and `CLAUDECODE=1` and the settings' merged `env` ([`ClaudeSettings::env`]); its deadline
+//!   is enforced here and kills the whole process group (CC-3). An `http` handler POSTs the same
+//!   JSON; a `prompt` handler asks a model [`Provider`](crate::Provider) (the one given with
+//!   [`ClaudeSettings::with_provider`], else the agent session's own) and reads its
+//!   `{"ok", "reason"}` answer.
 //! * The input is exactly Claude Code's fields for the event ([`CompatOptions::hookbus_extensions`]
 //!   adds hookbus's under [`EXTENSIONS_KEY`]).
 //! * A command goes to the background with `async` / `asyncRewake` in settings, or when its
@@ -25,7 +29,11 @@
 //! use hookbus::claude::{ClaudeSettings, CompatOptions};
 //!
 //! # async fn demo() -> Result<(), hookbus::Error> {
-//! let settings = ClaudeSettings::load(&[".claude/settings.json"], CompatOptions::default())?;
+//! let settings = ClaudeSettings::load_with_plugins(
+//!     &[".claude/settings.json"],
+//!     &["plugins/safety-guard"],
+//!     CompatOptions::default(),
+//! )?;
 //! for warning in &settings.warnings {
 //!     eprintln!("warning: {warning}");
 //! }
@@ -35,13 +43,16 @@
 //! ```
 
 mod background;
+mod cuts;
 mod hook;
 mod input;
 mod output;
+mod plugin;
 mod prompt;
 pub mod replay;
 mod run;
 mod settings;
+mod vars;
 
 pub use background::ASYNC_HOOK_NAME;
 pub use hook::{ClaudeHook, HandlerRun, REPORT_KEY};

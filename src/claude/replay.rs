@@ -5,7 +5,16 @@
 //! The transcript is JSONL: `type: "assistant"` lines whose `message.content` holds `tool_use`
 //! blocks `{id, name, input}` (lines sharing `message.id` are one message), and `type: "user"`
 //! lines whose `message.content` holds `tool_result` blocks `{tool_use_id, content, is_error}`
-//! (or is a string: a prompt). Other lines and blocks are skipped.
+//! or is a prompt: a string, or a list of blocks (text and images) whose text blocks are joined
+//! by newlines. User lines Claude Code writes itself are not prompts: `isMeta` and
+//! `isCompactSummary` lines and interruption notes; a user line that begins `Stop hook
+//! feedback:` (or an `attachment` line with a Stop `hook_blocking_error`) is a Stop hook's block
+//! that the session went on from ([`Item::StopContinuation`]). Other lines and blocks are
+//! skipped.
+//!
+//! Each event's hooks get, as `transcript_path`, the transcript as it stood at the event: cut
+//! after the line that produced the event (see [`LineEnd`]), in a private directory that lives
+//! as long as the replay.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +24,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::cuts::TranscriptCut;
 use super::hook::{HandlerRun, REPORT_KEY};
 use super::settings::{ClaudeSettings, CompatOptions, SettingsWarning};
 use crate::agent::provider::Provider;
@@ -26,6 +36,22 @@ use crate::model::outcome::{Decision, Outcome};
 use crate::runtime::bus::Bus;
 use crate::runtime::session::{BusSession, BusSessionConfig};
 
+/// How Claude Code begins the user message that hands a Stop hook's block to the model.
+const STOP_FEEDBACK: &str = "Stop hook feedback:";
+
+/// How Claude Code's interruption notes begin (user lines that are not prompts).
+const INTERRUPTED: &str = "[Request interrupted by user";
+
+/// A line of the transcript, and where the transcript up to and including it ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct LineEnd {
+    /// The line's number, from 1 (0: before the first line).
+    pub line: usize,
+    /// The byte just past the line and its newline: the transcript as it stood at the line is
+    /// its first `end` bytes.
+    pub end: u64,
+}
+
 /// One tool call of a transcript.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolUse {
@@ -35,6 +61,8 @@ pub struct ToolUse {
     pub name: String,
     /// Its input.
     pub input: Value,
+    /// The line that holds it.
+    pub at: LineEnd,
 }
 
 /// A call's recorded result.
@@ -46,19 +74,36 @@ pub struct ToolResult {
     pub is_error: bool,
     /// The line's `toolUseResult`, when present.
     pub tool_use_result: Option<Value>,
+    /// The line that holds it.
+    pub at: LineEnd,
 }
 
 /// What a transcript holds, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
-    /// A user prompt (a user line whose content is a string).
-    Prompt(String),
+    /// A user prompt: a user line whose content is a string, or a list of blocks without a
+    /// `tool_result` (text and images, as Claude Code records a prompt with an attachment).
+    Prompt {
+        /// The prompt's text: the string, or the text blocks joined by newlines.
+        text: String,
+        /// Its line.
+        at: LineEnd,
+    },
     /// An assistant message: its text and tool calls.
     Assistant {
         /// The message's text blocks, joined.
         text: String,
         /// Its tool calls, in order.
         calls: Vec<ToolUse>,
+        /// Its last line (a message may span several lines sharing `message.id`).
+        at: LineEnd,
+    },
+    /// A Stop hook blocked the end of the turn and the session went on: the user line `Stop
+    /// hook feedback: ...` (or the Stop `hook_blocking_error` attachment line) Claude Code
+    /// records then. Consecutive such lines are one item.
+    StopContinuation {
+        /// The first line that records it.
+        at: LineEnd,
     },
 }
 
@@ -67,10 +112,12 @@ pub enum Item {
 pub struct Transcript {
     /// The first `sessionId` found.
     pub session_id: Option<String>,
-    /// Prompts and assistant messages in order.
+    /// Prompts, assistant messages and Stop continuations in order.
     pub items: Vec<Item>,
     /// Results by tool-use id.
     pub results: HashMap<String, ToolResult>,
+    /// The last line read: the whole transcript.
+    pub end: LineEnd,
 }
 
 impl Transcript {
@@ -117,7 +164,11 @@ impl Transcript {
                 )));
             }
             let text = std::str::from_utf8(line).map_err(|e| bad(format!("not UTF-8: {e}")))?;
-            parser.line(n, text, &origin)?;
+            let at = LineEnd {
+                line: n,
+                end: total,
+            };
+            parser.line(at, text, &origin)?;
         }
         Ok(parser.done())
     }
@@ -125,8 +176,12 @@ impl Transcript {
     /// Parses transcript text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, Error> {
         let mut parser = Parser::default();
-        for (i, line) in text.lines().enumerate() {
-            parser.line(i + 1, line, origin)?;
+        let mut end = 0u64;
+        for (i, line) in text.split_inclusive('\n').enumerate() {
+            end += line.len() as u64;
+            let line = line.strip_suffix('\n').unwrap_or(line);
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            parser.line(LineEnd { line: i + 1, end }, line, origin)?;
         }
         Ok(parser.done())
     }
@@ -144,14 +199,15 @@ impl Parser {
         self.t
     }
 
-    /// Takes line `n`.
-    fn line(&mut self, n: usize, line: &str, origin: &str) -> Result<(), Error> {
+    /// Takes the line that ends at `at`.
+    fn line(&mut self, at: LineEnd, line: &str, origin: &str) -> Result<(), Error> {
+        self.t.end = at;
         if line.trim().is_empty() {
             return Ok(());
         }
         let bad = |message: String| Error::InvalidTranscript {
             path: origin.to_owned(),
-            line: n,
+            line: at.line,
             message,
         };
         let value: Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
@@ -168,31 +224,68 @@ impl Parser {
         let content = message.and_then(|m| m.get("content"));
         match obj.get("type").and_then(Value::as_str) {
             Some("assistant") => {
-                let (text, calls) = assistant_content(content).map_err(bad)?;
+                let (text, calls) = assistant_content(content, at).map_err(bad)?;
                 let id = message.and_then(|m| m.get("id")).and_then(Value::as_str);
-                self.push_assistant(id, text, calls);
+                self.push_assistant(id, text, calls, at);
             }
-            Some("user") => match content {
-                Some(Value::String(prompt)) => self.t.items.push(Item::Prompt(prompt.clone())),
-                Some(Value::Array(blocks)) => self
-                    .record_results(blocks, obj.get("toolUseResult"))
-                    .map_err(bad)?,
-                _ => {}
-            },
+            Some("user") => self.user_line(obj, content, at).map_err(bad)?,
+            Some("attachment") if stop_block_attachment(obj.get("attachment")) => {
+                self.push_continuation(at)
+            }
             _ => {}
         }
         Ok(())
     }
 
+    /// A user line: tool results, a prompt, a Stop continuation, or a line Claude Code wrote
+    /// itself (skipped).
+    fn user_line(
+        &mut self,
+        obj: &serde_json::Map<String, Value>,
+        content: Option<&Value>,
+        at: LineEnd,
+    ) -> Result<(), String> {
+        let text = match content {
+            Some(Value::String(prompt)) => prompt.clone(),
+            Some(Value::Array(blocks)) if blocks.iter().any(is_tool_result) => {
+                return self.record_results(blocks, obj.get("toolUseResult"), at);
+            }
+            Some(Value::Array(blocks)) if !blocks.is_empty() => text_blocks(blocks),
+            _ => return Ok(()),
+        };
+        let flag = |name: &str| obj.get(name).and_then(Value::as_bool).unwrap_or(false);
+        if text.starts_with(STOP_FEEDBACK) {
+            self.push_continuation(at);
+        } else if !flag("isMeta") && !flag("isCompactSummary") && !text.starts_with(INTERRUPTED) {
+            self.t.items.push(Item::Prompt { text, at });
+        }
+        Ok(())
+    }
+
+    /// Records a Stop continuation, unless the item before is one already.
+    fn push_continuation(&mut self, at: LineEnd) {
+        if !matches!(self.t.items.last(), Some(Item::StopContinuation { .. })) {
+            self.t.items.push(Item::StopContinuation { at });
+        }
+    }
+
     /// Adds an assistant message, or merges it into the earlier one with the same message `id`.
-    fn push_assistant(&mut self, id: Option<&str>, text: String, calls: Vec<ToolUse>) {
+    fn push_assistant(
+        &mut self,
+        id: Option<&str>,
+        text: String,
+        calls: Vec<ToolUse>,
+        line: LineEnd,
+    ) {
         match id.and_then(|id| self.by_message_id.get(id).copied()) {
-            Some(at) => {
+            Some(index) => {
                 if let Item::Assistant {
                     text: t0,
                     calls: c0,
-                } = &mut self.t.items[at]
+                    at: a0,
+                } = &mut self.t.items[index]
                 {
+                    *a0 = line;
                     if !text.is_empty() {
                         if !t0.is_empty() {
                             t0.push('\n');
@@ -206,7 +299,11 @@ impl Parser {
                 if let Some(id) = id {
                     self.by_message_id.insert(id.to_owned(), self.t.items.len());
                 }
-                self.t.items.push(Item::Assistant { text, calls });
+                self.t.items.push(Item::Assistant {
+                    text,
+                    calls,
+                    at: line,
+                });
             }
         }
     }
@@ -217,11 +314,9 @@ impl Parser {
         &mut self,
         blocks: &[Value],
         tool_use_result: Option<&Value>,
+        at: LineEnd,
     ) -> Result<(), String> {
-        for block in blocks {
-            if block.get("type").and_then(Value::as_str) != Some("tool_result") {
-                continue;
-            }
+        for block in blocks.iter().filter(|b| is_tool_result(b)) {
             let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
                 return Err("a tool_result block without a `tool_use_id`".into());
             };
@@ -234,6 +329,7 @@ impl Parser {
                         .and_then(Value::as_bool)
                         .unwrap_or(false),
                     tool_use_result: tool_use_result.cloned(),
+                    at,
                 },
             );
         }
@@ -241,8 +337,34 @@ impl Parser {
     }
 }
 
-/// The text blocks (joined by newlines) and tool calls of an assistant message's content.
-fn assistant_content(content: Option<&Value>) -> Result<(String, Vec<ToolUse>), String> {
+/// Whether a content block is a `tool_result`.
+fn is_tool_result(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some("tool_result")
+}
+
+/// The `text` of a list of content blocks' text blocks, joined by newlines (images and other
+/// blocks carry no text).
+fn text_blocks(blocks: &[Value]) -> String {
+    blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether an `attachment` line's attachment records a Stop hook's block.
+fn stop_block_attachment(attachment: Option<&Value>) -> bool {
+    let field = |name: &str| attachment.and_then(|a| a.get(name)).and_then(Value::as_str);
+    field("type") == Some("hook_blocking_error") && field("hookEvent") == Some("Stop")
+}
+
+/// The text blocks (joined by newlines) and tool calls of an assistant message's content, on
+/// the line that ends at `at`.
+fn assistant_content(
+    content: Option<&Value>,
+    at: LineEnd,
+) -> Result<(String, Vec<ToolUse>), String> {
     let mut text = String::new();
     let mut calls = Vec::new();
     for block in content.and_then(Value::as_array).into_iter().flatten() {
@@ -255,7 +377,7 @@ fn assistant_content(content: Option<&Value>) -> Result<(String, Vec<ToolUse>), 
                     text.push_str(s);
                 }
             }
-            Some("tool_use") => calls.push(tool_use(block)?),
+            Some("tool_use") => calls.push(tool_use(block, at)?),
             _ => {}
         }
     }
@@ -263,7 +385,7 @@ fn assistant_content(content: Option<&Value>) -> Result<(String, Vec<ToolUse>), 
 }
 
 /// A `tool_use` block as a [`ToolUse`]; its input defaults to `{}`.
-fn tool_use(block: &Value) -> Result<ToolUse, String> {
+fn tool_use(block: &Value, at: LineEnd) -> Result<ToolUse, String> {
     let id = block
         .get("id")
         .and_then(Value::as_str)
@@ -279,6 +401,7 @@ fn tool_use(block: &Value) -> Result<ToolUse, String> {
             .get("input")
             .cloned()
             .unwrap_or(Value::Object(Default::default())),
+        at,
     })
 }
 
@@ -287,6 +410,9 @@ fn tool_use(block: &Value) -> Result<ToolUse, String> {
 pub struct ReplayOptions {
     /// Settings files, merged in this order.
     pub settings: Vec<PathBuf>,
+    /// Plugin directories whose `hooks/hooks.json` is loaded after the settings, in this order
+    /// ([`ClaudeSettings::load_with_plugins`]).
+    pub plugin_dirs: Vec<PathBuf>,
     /// The transcript.
     pub transcript: PathBuf,
     /// The hooks' cwd and the payloads' `cwd` (default: the current directory).
@@ -306,6 +432,7 @@ impl std::fmt::Debug for ReplayOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReplayOptions")
             .field("settings", &self.settings)
+            .field("plugin_dirs", &self.plugin_dirs)
             .field("transcript", &self.transcript)
             .field("cwd", &self.cwd)
             .field("project_dir", &self.project_dir)
@@ -337,12 +464,15 @@ pub fn provider_from_spec(spec: &str) -> Result<Arc<dyn Provider>, Error> {
 /// One handler in a [`ReplayLine`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplayHandler {
-    /// The settings file, as given.
+    /// The settings file, as given (a plugin's handler: its `hooks/hooks.json`).
     pub source: String,
     /// The matcher, as written (null when omitted).
     pub matcher: Option<String>,
     /// The command, URL or prompt, as written.
     pub command: String,
+    /// The names of the settings' `env` variables set for the command, and
+    /// `CLAUDE_PLUGIN_ROOT` for a plugin's (values are not shown).
+    pub env: Vec<String>,
     /// Its exit code (null on timeout or spawn failure).
     pub exit_code: Option<i32>,
     /// `success`, `blocking_error`, `non_blocking_error`, `timeout`, `spawn_error`,
@@ -460,6 +590,7 @@ fn line_of(env_event: &Event, outcome: &Outcome) -> ReplayLine {
                 source: r.source,
                 matcher: r.matcher,
                 command: r.command,
+                env: r.env,
                 exit_code: r.report.exit_code,
                 outcome: r.report.outcome,
                 json: r.report.json,
@@ -490,7 +621,8 @@ impl Replay {
         };
         let mut compat = options.compat;
         compat.project_dir = Some(options.project_dir.unwrap_or_else(|| cwd.clone()));
-        let mut settings = ClaudeSettings::load(&options.settings, compat)?;
+        let mut settings =
+            ClaudeSettings::load_with_plugins(&options.settings, &options.plugin_dirs, compat)?;
         match options.provider {
             Some(provider) => settings = settings.with_provider(provider),
             None if settings.has_prompt_handlers() => settings.warnings.push(SettingsWarning {
@@ -519,44 +651,62 @@ impl Replay {
         &self.settings.warnings
     }
 
-    /// Runs the replay, handing each event's line to `emit` as soon as it is folded.
+    /// Runs the replay, handing each event's line to `emit` as soon as it is folded. Each
+    /// event's hooks see, at `transcript_path`, the transcript cut after the event's line (see
+    /// [`LineEnd`]); the cut is removed when the replay ends.
     pub async fn run(self, emit: impl FnMut(&ReplayLine)) -> Result<(), Error> {
         let bus = Bus::new();
         self.settings.register(&bus).await?;
-        let session = self.open_session(&bus).await?;
+        let mut cut = TranscriptCut::new(&self.transcript_path)?;
+        let session = self.open_session(&bus, cut.path()).await?;
         let mut out = Emitter {
             session: &session,
             emit,
+            cut: &mut cut,
+            at: None,
         };
         if self.all_events {
-            out.fire(Event::SessionStart(SessionStart {
+            let start = Event::SessionStart(SessionStart {
                 source: SessionSource::Startup,
                 model: None,
-            }))
-            .await?;
+            });
+            out.fire(start, LineEnd::default()).await?;
         }
-        for item in &self.transcript.items {
-            match item {
-                Item::Prompt(prompt) => {
-                    if self.all_events {
-                        out.fire(Event::UserPromptSubmit(UserPromptSubmit {
-                            prompt: prompt.clone(),
-                        }))
-                        .await?;
-                    }
-                }
-                Item::Assistant { text, calls } => {
-                    self.assistant_message(&mut out, text, calls).await?
-                }
-            }
-        }
-        out.close(self.all_events).await?;
+        self.items(&mut out).await?;
+        out.close(self.all_events, self.transcript.end).await?;
         bus.shutdown(Duration::from_secs(5)).await;
+        drop(cut);
         Ok(())
     }
 
-    /// Opens the replay's session: the transcript's session id (or `replay`), its path and the cwd.
-    async fn open_session(&self, bus: &Bus) -> Result<BusSession, Error> {
+    /// Replays the transcript's items in order. A prompt starts a new query loop; a Stop
+    /// continuation makes the Stops after it, until the next prompt, `stop_hook_active`.
+    async fn items<E: FnMut(&ReplayLine)>(&self, out: &mut Emitter<'_, E>) -> Result<(), Error> {
+        let mut continuing = false;
+        for item in &self.transcript.items {
+            match item {
+                Item::Prompt { text, at } => {
+                    continuing = false;
+                    if self.all_events {
+                        let prompt = Event::UserPromptSubmit(UserPromptSubmit {
+                            prompt: text.clone(),
+                        });
+                        out.fire(prompt, *at).await?;
+                    }
+                }
+                Item::StopContinuation { .. } => continuing = true,
+                Item::Assistant { text, calls, at } => {
+                    self.assistant_message(out, text, calls, *at, continuing)
+                        .await?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens the replay's session: the transcript's session id (or `replay`), the path of the
+    /// transcript cut and the cwd.
+    async fn open_session(&self, bus: &Bus, transcript: &Path) -> Result<BusSession, Error> {
         let session_id = self
             .transcript
             .session_id
@@ -565,7 +715,7 @@ impl Replay {
         bus.open_session(BusSessionConfig {
             id: Some(session_id),
             fields: SessionFields {
-                transcript_path: self.transcript_path.display().to_string(),
+                transcript_path: transcript.display().to_string(),
                 cwd: self.cwd.display().to_string(),
                 permission_mode: Some("default".into()),
                 ..SessionFields::default()
@@ -575,13 +725,16 @@ impl Replay {
         .await
     }
 
-    /// Replays one assistant message: PreToolUse for each call, then the Post event of each call
-    /// that ran, then (all events) Stop for a message with text and no calls.
+    /// Replays one assistant message (whose last line is `at`): PreToolUse for each call, then
+    /// the Post event of each call that ran, then (all events) Stop for a message with text and
+    /// no calls, `stop_hook_active` when a Stop hook's block made the session go on.
     async fn assistant_message<E: FnMut(&ReplayLine)>(
         &self,
         out: &mut Emitter<'_, E>,
         text: &str,
         calls: &[ToolUse],
+        at: LineEnd,
+        stop_hook_active: bool,
     ) -> Result<(), Error> {
         let mut runs = Vec::with_capacity(calls.len());
         for call in calls {
@@ -592,14 +745,15 @@ impl Replay {
             let Some(result) = self.transcript.results.get(&call.id).filter(|_| ran) else {
                 continue;
             };
-            out.fire(post_tool_event(call, result, input)).await?;
+            out.fire(post_tool_event(call, result, input), result.at)
+                .await?;
         }
         if self.all_events && calls.is_empty() && !text.is_empty() {
-            out.fire(Event::Stop(Stop {
-                stop_hook_active: false,
+            let stop = Event::Stop(Stop {
+                stop_hook_active,
                 last_assistant_message: Some(text.to_owned()),
-            }))
-            .await?;
+            });
+            out.fire(stop, at).await?;
         }
         Ok(())
     }
@@ -610,13 +764,12 @@ impl Replay {
         out: &mut Emitter<'_, E>,
         call: &ToolUse,
     ) -> Result<(bool, Value), Error> {
-        let outcome = out
-            .fire(Event::PreToolUse(PreToolUse {
-                tool_name: call.name.clone(),
-                tool_input: call.input.clone(),
-                tool_use_id: call.id.clone(),
-            }))
-            .await?;
+        let pre = Event::PreToolUse(PreToolUse {
+            tool_name: call.name.clone(),
+            tool_input: call.input.clone(),
+            tool_use_id: call.id.clone(),
+        });
+        let outcome = out.fire(pre, call.at).await?;
         let legacy_continue = self.settings.options.continue_false_runs_tool;
         let stopped = outcome.stop.is_some() && !legacy_continue;
         let ran = !matches!(
@@ -628,22 +781,38 @@ impl Replay {
     }
 }
 
-/// The session a replay dispatches to, and where each event's line goes.
+/// The session a replay dispatches to, the transcript cut its hooks read, and where each
+/// event's line goes.
 struct Emitter<'s, E> {
     session: &'s BusSession,
     emit: E,
+    cut: &'s mut TranscriptCut,
+    /// The line the cut ends at now.
+    at: Option<LineEnd>,
 }
 
 impl<E: FnMut(&ReplayLine)> Emitter<'_, E> {
-    /// Dispatches `event` and emits its line.
-    async fn fire(&mut self, event: Event) -> Result<Outcome, Error> {
+    /// Dispatches `event`, produced by the line `at`, and emits its line.
+    async fn fire(&mut self, event: Event, at: LineEnd) -> Result<Outcome, Error> {
+        self.cut_at(at).await?;
         let outcome = self.session.dispatch(event.clone()).await?;
         (self.emit)(&line_of(&event, &outcome));
         Ok(outcome)
     }
 
-    /// Closes the session; with `all_events`, emits the SessionEnd line.
-    async fn close(mut self, all_events: bool) -> Result<(), Error> {
+    /// Cuts the transcript the hooks see after the line `at`, unless it is cut there already.
+    async fn cut_at(&mut self, at: LineEnd) -> Result<(), Error> {
+        if self.at != Some(at) {
+            self.cut.cut_at(at).await?;
+            self.at = Some(at);
+        }
+        Ok(())
+    }
+
+    /// Closes the session, its hooks seeing the whole transcript (`end`); with `all_events`,
+    /// emits the SessionEnd line.
+    async fn close(mut self, all_events: bool, end: LineEnd) -> Result<(), Error> {
+        self.cut_at(end).await?;
         let outcome = self.session.close("other").await?;
         if all_events {
             (self.emit)(&line_of(
@@ -728,6 +897,9 @@ pub fn format_text(line: &ReplayLine) -> String {
             h.duration_ms,
             h.source
         ));
+        if !h.env.is_empty() {
+            out.push_str(&format!("      env: {}\n", h.env.join(", ")));
+        }
         if let Some(json) = &h.json {
             out.push_str(&format!("      output: {json}\n"));
         }

@@ -2,6 +2,7 @@
 //! parent-side. A command may go to the background (`async` in settings, or a first stdout
 //! line `{"async": true}`): it then runs on as a [`Job`], bounded by its deadline.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::settings::expand_project_dir;
+use super::vars::{Dirs, PLUGIN_ROOT};
 use crate::model::bounds::{deadline_after, MAX_TIMEOUT};
 use crate::sys::process::run::{Ended, FirstLine};
 use crate::sys::process::{self, Captured};
@@ -43,6 +44,10 @@ pub(crate) struct RunCx<'a> {
     pub cap: usize,
     pub cancel: &'a CancellationToken,
     pub mode: Mode,
+    /// The settings' `env`: set for a command, read by header expansion.
+    pub env: &'a BTreeMap<String, String>,
+    /// A plugin's handler: the plugin's directory (`CLAUDE_PLUGIN_ROOT`).
+    pub plugin_root: Option<&'a Path>,
 }
 
 /// Whether a command run may go to the background.
@@ -121,24 +126,33 @@ pub(crate) async fn command(
 /// The process of a command handler: exec form or `sh -c`, in the cwd, with Claude Code's
 /// variables.
 fn command_of(command: &str, args: Option<&[String]>, cx: &RunCx<'_>) -> tokio::process::Command {
-    let dir = Some(cx.project_dir);
+    let dirs = Dirs {
+        project_dir: Some(cx.project_dir),
+        plugin_root: cx.plugin_root,
+    };
     let mut cmd = match args {
-        // Exec form: no shell; the project dir is substituted as plain text.
+        // Exec form: no shell; the directories are substituted as plain text.
         Some(args) => {
-            let mut c = tokio::process::Command::new(expand_project_dir(command, dir));
-            c.args(args.iter().map(|a| expand_project_dir(a, dir)));
+            let mut c = tokio::process::Command::new(dirs.exec(command));
+            c.args(args.iter().map(|a| dirs.exec(a)));
             c
         }
-        // Shell form: the shell expands `$CLAUDE_PROJECT_DIR` from the environment.
+        // Shell form: `${CLAUDE_PLUGIN_ROOT}` substituted, the rest expanded by the shell
+        // from the environment.
         None => {
             let mut c = tokio::process::Command::new("sh");
-            c.arg("-c").arg(command);
+            c.arg("-c").arg(dirs.shell(command));
             c
         }
     };
+    // The settings' `env` first: the variables hookbus sets win over it.
     cmd.current_dir(cx.cwd)
+        .envs(cx.env)
         .env("CLAUDE_PROJECT_DIR", cx.project_dir)
         .env("CLAUDECODE", "1");
+    if let Some(root) = cx.plugin_root {
+        cmd.env(PLUGIN_ROOT, root);
+    }
     cmd
 }
 
@@ -259,8 +273,9 @@ pub(crate) fn joined(done: Result<Raw, tokio::task::JoinError>, command: &str) -
     done.unwrap_or_else(|e| Raw::SpawnError(format!("the run of `{command}` failed: {e}")))
 }
 
-/// Expands `$VAR` / `${VAR}` in a header value for allowed names; others become empty.
-fn expand_header(value: &str, allowed: &[String]) -> String {
+/// Expands `$VAR` / `${VAR}` in a header value for allowed names, from the settings' `env` or
+/// else the process environment; other names become empty.
+fn expand_header(value: &str, allowed: &[String], env: &BTreeMap<String, String>) -> String {
     static VAR: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
             .expect("a valid pattern")
@@ -271,7 +286,9 @@ fn expand_header(value: &str, allowed: &[String]) -> String {
             .or_else(|| caps.get(2))
             .map_or("", |m| m.as_str());
         if allowed.iter().any(|a| a == name) {
-            std::env::var(name).unwrap_or_default()
+            env.get(name)
+                .cloned()
+                .unwrap_or_else(|| std::env::var(name).unwrap_or_default())
         } else {
             String::new()
         }
@@ -291,7 +308,7 @@ async fn http_run(
         .header("content-type", "application/json")
         .body(cx.input.to_vec());
     for (name, value) in headers {
-        request = request.header(name, expand_header(value, allowed));
+        request = request.header(name, expand_header(value, allowed, cx.env));
     }
     let cap = cx.cap;
     let call = async {
@@ -370,15 +387,18 @@ mod tests {
     #[test]
     fn headers_expand_allowed_variables_only() {
         std::env::set_var("HOOKBUS_TEST_TOKEN", "s3cret");
-        let allowed = vec!["HOOKBUS_TEST_TOKEN".to_owned()];
+        let allowed = vec!["HOOKBUS_TEST_TOKEN".to_owned(), "FROM_SETTINGS".to_owned()];
+        let env = BTreeMap::from([("FROM_SETTINGS".to_owned(), "yes".to_owned())]);
         assert_eq!(
-            expand_header("Bearer $HOOKBUS_TEST_TOKEN", &allowed),
+            expand_header("Bearer $HOOKBUS_TEST_TOKEN", &allowed, &env),
             "Bearer s3cret"
         );
         assert_eq!(
-            expand_header("Bearer ${HOOKBUS_TEST_TOKEN}", &allowed),
+            expand_header("Bearer ${HOOKBUS_TEST_TOKEN}", &allowed, &env),
             "Bearer s3cret"
         );
-        assert_eq!(expand_header("x $HOME y", &allowed), "x  y");
+        assert_eq!(expand_header("x $HOME y", &allowed, &env), "x  y");
+        assert_eq!(expand_header("$FROM_SETTINGS", &allowed, &env), "yes");
+        assert_eq!(expand_header("$FROM_SETTINGS", &allowed[..1], &env), "");
     }
 }

@@ -1,6 +1,6 @@
 //! Loading the `hooks` section of Claude Code settings files (CC-1, CC-2).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -10,13 +10,14 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::agent::provider::Provider;
-use crate::model::bounds::{
-    clamp_timeout, read_to_string_capped, timeout_from_secs, MAX_SETTINGS_BYTES, MAX_TIMEOUT,
-};
+use crate::model::bounds::{clamp_timeout, timeout_from_secs, MAX_TIMEOUT};
 use crate::model::error::Error;
 use crate::model::event::EventKind;
 use crate::model::filter::NamePattern;
 use crate::model::rule::Rule;
+
+use super::plugin::PluginDoc;
+use super::vars::{claude_refs, merge_env, settings_env, Dirs, PLUGIN_ROOT, SET_BY_HOOKBUS};
 
 /// Version-dependent behaviour, with the current Claude Code behaviour as default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +79,7 @@ impl fmt::Display for SettingsWarning {
 }
 
 /// What a handler runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum HandlerKind {
     /// A command: shell form (`sh -c command`) or exec form (`command` with `args`).
     Command {
@@ -165,12 +166,17 @@ pub struct Handler {
     pub timeout: Duration,
     /// `onFailure: "block"`.
     pub on_failure_block: bool,
-    /// The matcher groups (and `if`s) it appears under; it runs when one applies.
+    /// The matcher groups it appears under; it runs (once) when one applies. Definitions are
+    /// merged only when identical in everything but the matcher, so every occurrence carries the
+    /// same `if`, and `timeout` and `onFailure` are each definition's own.
     pub occurrences: Vec<Occurrence>,
     /// In a `sequential` group: the index (in [`ClaudeSettings::handlers`]) of the handler before it.
     pub after: Option<usize>,
     /// `async` / `asyncRewake` (command handlers).
     pub async_mode: AsyncMode,
+    /// For a handler from a plugin's `hooks/hooks.json`: the plugin's directory (absolute), its
+    /// runs' `CLAUDE_PLUGIN_ROOT`.
+    pub plugin_root: Option<PathBuf>,
 }
 
 impl Handler {
@@ -184,15 +190,22 @@ impl Handler {
     }
 }
 
-/// The merged `hooks` of one or more settings files.
+/// The merged `hooks` of one or more settings files, and of plugin directories
+/// ([`ClaudeSettings::load_with_plugins`]).
 #[derive(Debug, Clone, Default)]
 pub struct ClaudeSettings {
-    /// The handlers in settings order (file order, then event, group and handler order).
+    /// The handlers in settings order (file order, then event, group and handler order), the
+    /// settings files' first and then each plugin's, in the order given.
     pub handlers: Vec<Handler>,
     /// What was skipped or corrected while loading.
     pub warnings: Vec<SettingsWarning>,
     /// `disableAllHooks`, as the last file that sets it says.
     pub disabled: bool,
+    /// The merged `env` of the settings files (a later file's key overrides an earlier one's),
+    /// set in every command handler's environment and read by an http handler's header
+    /// expansion before the process environment. The variables hookbus sets itself
+    /// (`CLAUDE_PROJECT_DIR`, `CLAUDECODE`) win over it.
+    pub env: BTreeMap<String, String>,
     /// The behaviour settings.
     pub options: CompatOptions,
     /// The model that answers `prompt` handlers, when given ([`with_provider`](Self::with_provider)).
@@ -236,11 +249,11 @@ impl ClaudeSettings {
 }
 
 /// The shared budget of SessionEnd handlers: 1.5 s, raised to the largest SessionEnd timeout
-/// configured (at most 60 s).
+/// configured in a settings file (at most 60 s; plugin timeouts do not count).
 pub(crate) fn session_end_budget(handlers: &[Handler]) -> Duration {
     let largest = handlers
         .iter()
-        .filter(|h| h.event == EventKind::SessionEnd)
+        .filter(|h| h.event == EventKind::SessionEnd && h.plugin_root.is_none())
         .map(|h| h.timeout)
         .max()
         .unwrap_or_default();
@@ -249,50 +262,61 @@ pub(crate) fn session_end_budget(handlers: &[Handler]) -> Duration {
 
 impl ClaudeSettings {
     /// Loads and merges settings files in order (user, project, local). A file that is not
-    /// valid JSON, or larger than [`MAX_SETTINGS_BYTES`], is an error naming it, and nothing is
-    /// loaded.
+    /// valid JSON, or larger than [`MAX_SETTINGS_BYTES`], or whose `env` is not an object of
+    /// strings, is an error naming it (and the key), and nothing is loaded.
+    ///
+    /// [`MAX_SETTINGS_BYTES`]: crate::bounds::MAX_SETTINGS_BYTES
     pub fn load(files: &[impl AsRef<Path>], options: CompatOptions) -> Result<Self, Error> {
-        let mut texts = Vec::with_capacity(files.len());
-        for file in files {
-            let path = file.as_ref();
-            let text = read_to_string_capped(path, MAX_SETTINGS_BYTES, "a settings file")?;
-            texts.push((path.display().to_string(), text));
-        }
-        Self::parse(&texts, options)
+        Self::load_with_plugins::<_, PathBuf>(files, &[], options)
     }
 
     /// Merges settings documents given as `(name, JSON text)`, in order.
     pub fn parse(documents: &[(String, String)], options: CompatOptions) -> Result<Self, Error> {
-        let mut parsed = Vec::with_capacity(documents.len());
+        Self::parse_with(documents, &[], options)
+    }
+
+    /// Merges settings documents, then plugins' `hooks/hooks.json`, in order.
+    pub(crate) fn parse_with(
+        documents: &[(String, String)],
+        plugins: &[PluginDoc],
+        options: CompatOptions,
+    ) -> Result<Self, Error> {
+        let json = |name: &str, text: &str| -> Result<Value, Error> {
+            serde_json::from_str(text).map_err(|e| Error::json(name, &e))
+        };
+        let mut settings = Vec::with_capacity(documents.len());
         for (name, text) in documents {
-            let value: Value = serde_json::from_str(text).map_err(|e| Error::json(name, &e))?;
-            parsed.push((name.as_str(), value));
+            settings.push((name.as_str(), json(name, text)?));
         }
+        let mut plugin_hooks = Vec::with_capacity(plugins.len());
+        for plugin in plugins {
+            let value = plugin.text.as_deref().map(|t| json(&plugin.file, t));
+            plugin_hooks.push((plugin, value.transpose()?));
+        }
+        let env = merge_env(
+            settings
+                .iter()
+                .filter_map(|(name, value)| Some((name, value.as_object()?)))
+                .map(|(name, root)| settings_env(name, root))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
         let mut loader = Loader {
             options: &options,
             out: Vec::new(),
             warnings: Vec::new(),
             keys: HashMap::new(),
+            plugin: None,
+            refs: Vec::new(),
         };
         let mut disabled = false;
-        for (name, value) in &parsed {
-            let Some(root) = value.as_object() else {
-                loader.warn(name, "$", "settings must be a JSON object; ignored");
-                continue;
-            };
-            match root.get("disableAllHooks") {
-                Some(Value::Bool(b)) => disabled = *b,
-                Some(_) => loader.warn(name, "disableAllHooks", "must be true or false; ignored"),
-                None => {}
-            }
-            match root.get("hooks") {
-                Some(Value::Object(hooks)) => loader.file(name, hooks),
-                Some(_) => loader.warn(name, "hooks", "must be an object; ignored"),
-                None => {}
-            }
+        for (name, value) in &settings {
+            loader.settings_document(name, value, &mut disabled);
         }
+        for (plugin, value) in &plugin_hooks {
+            loader.plugin_document(plugin, value.as_ref());
+        }
+        loader.warn_unset(&env);
         let mut handlers = loader.out;
-        let warnings = loader.warnings;
         let budget = session_end_budget(&handlers);
         for h in &mut handlers {
             if h.event == EventKind::SessionEnd {
@@ -301,8 +325,9 @@ impl ClaudeSettings {
         }
         Ok(Self {
             handlers: if disabled { Vec::new() } else { handlers },
-            warnings,
+            warnings: loader.warnings,
             disabled,
+            env,
             options,
             provider: ProviderSlot::default(),
         })
@@ -313,8 +338,45 @@ struct Loader<'a> {
     options: &'a CompatOptions,
     out: Vec<Handler>,
     warnings: Vec<SettingsWarning>,
-    /// De-duplication: (event, key) → index in `out`.
-    keys: HashMap<(EventKind, String), usize>,
+    /// De-duplication: what makes two handlers the same → index in `out`.
+    keys: HashMap<DedupKey, usize>,
+    /// The directory of the plugin whose `hooks.json` is being loaded.
+    plugin: Option<PathBuf>,
+    /// The `CLAUDE_*` variables the commands read, checked once every `env` is known.
+    refs: Vec<VarRef>,
+}
+
+/// A `CLAUDE_*` variable a command reads, and where.
+struct VarRef {
+    file: String,
+    /// The JSON path of the `command` or the argument.
+    path: String,
+    /// As written (`${CLAUDE_PLUGIN_ROOT}`).
+    written: String,
+    name: String,
+    /// Whether the handler is a plugin's (which gets `CLAUDE_PLUGIN_ROOT`).
+    plugin: bool,
+}
+
+/// Everything that makes a handler behave as it does, save the matcher: two definitions with
+/// equal keys are one handler that applies under either group's matcher. `statusMessage` (display
+/// only) is not part of it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct DedupKey {
+    event: EventKind,
+    /// The kind with `${CLAUDE_PROJECT_DIR}` expanded in the command and args.
+    kind: HandlerKind,
+    /// `shell`, as written.
+    shell: Option<String>,
+    /// `if`, as written.
+    if_rule: Option<String>,
+    timeout: Duration,
+    on_failure_block: bool,
+    /// `async` and `asyncRewake`.
+    async_flags: (bool, bool),
+    /// The plugin it comes from: a plugin's copy of a handler stays separate (Claude Code's
+    /// documented rule), and so does another plugin's.
+    plugin: Option<PathBuf>,
 }
 
 /// Events Claude Code has that hookbus does not fire.
@@ -349,6 +411,112 @@ impl Loader<'_> {
         };
         tracing::warn!("{w}");
         self.warnings.push(w);
+    }
+
+    /// Loads one settings document: `disableAllHooks` (into `disabled`) and `hooks`.
+    fn settings_document(&mut self, name: &str, value: &Value, disabled: &mut bool) {
+        let Some(root) = value.as_object() else {
+            self.warn(name, "$", "settings must be a JSON object; ignored");
+            return;
+        };
+        for var in SET_BY_HOOKBUS {
+            if root.get("env").and_then(|e| e.get(*var)).is_some() {
+                self.warn(
+                    name,
+                    &format!("env.{var}"),
+                    "hookbus sets this variable for every hook itself; the value is not used",
+                );
+            }
+        }
+        match root.get("disableAllHooks") {
+            Some(Value::Bool(b)) => *disabled = *b,
+            Some(_) => self.warn(name, "disableAllHooks", "must be true or false; ignored"),
+            None => {}
+        }
+        match root.get("hooks") {
+            Some(Value::Object(hooks)) => self.file(name, hooks),
+            Some(_) => self.warn(name, "hooks", "must be an object; ignored"),
+            None => {}
+        }
+    }
+
+    /// Loads a plugin's `hooks/hooks.json` (`None`: the plugin has none): the same `hooks`
+    /// shape as settings, beside an optional `description`; its handlers get the plugin's root.
+    fn plugin_document(&mut self, plugin: &PluginDoc, value: Option<&Value>) {
+        let file = plugin.file.as_str();
+        let Some(value) = value else {
+            self.warn(
+                file,
+                "$",
+                "the plugin has no hooks/hooks.json; it adds no hooks",
+            );
+            return;
+        };
+        match value.get("hooks") {
+            Some(Value::Object(hooks)) => {
+                self.plugin = Some(plugin.root.clone());
+                self.file(file, hooks);
+                self.plugin = None;
+            }
+            Some(_) => self.warn(file, "hooks", "must be an object; ignored"),
+            None if value.is_object() => {
+                self.warn(file, "hooks", "no `hooks` object; the plugin adds no hooks")
+            }
+            None => self.warn(file, "$", "hooks.json must be a JSON object; ignored"),
+        }
+    }
+
+    /// Records the `CLAUDE_*` variables a command handler reads in its command and args.
+    fn note_refs(&mut self, file: &str, path: &str, kind: &HandlerKind) {
+        let HandlerKind::Command { command, args } = kind else {
+            return;
+        };
+        let texts = std::iter::once((format!("{path}.command"), command)).chain(
+            args.iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, a)| (format!("{path}.args[{i}]"), a)),
+        );
+        for (at, text) in texts {
+            for (written, name) in claude_refs(text) {
+                self.refs.push(VarRef {
+                    file: file.to_owned(),
+                    path: at.clone(),
+                    written: written.to_owned(),
+                    name: name.to_owned(),
+                    plugin: self.plugin.is_some(),
+                });
+            }
+        }
+    }
+
+    /// Warns of each `CLAUDE_*` variable a command reads that nobody sets for it: not hookbus
+    /// (`CLAUDE_PROJECT_DIR`, and `CLAUDE_PLUGIN_ROOT` for a plugin's handlers), not the
+    /// settings' `env`, not this process's environment (which hooks inherit).
+    fn warn_unset(&mut self, env: &BTreeMap<String, String>) {
+        for r in std::mem::take(&mut self.refs) {
+            let set = SET_BY_HOOKBUS.contains(&r.name.as_str())
+                || (r.plugin && r.name == PLUGIN_ROOT)
+                || env.contains_key(&r.name)
+                || std::env::var_os(&r.name).is_some();
+            if set {
+                continue;
+            }
+            let message = if r.name == PLUGIN_ROOT {
+                format!(
+                    "`{}` is not set here: hookbus sets it only for the hooks of a plugin \
+                     directory (`load_with_plugins`, `--plugin-dir`); the command would see it empty",
+                    r.written
+                )
+            } else {
+                format!(
+                    "`{}` is not set for hooks (not by hookbus, the settings' `env` or this \
+                     process's environment); the command would see it empty",
+                    r.written
+                )
+            };
+            self.warn(&r.file, &r.path, message);
+        }
     }
 
     fn file(&mut self, file: &str, hooks: &Map<String, Value>) {
@@ -469,9 +637,21 @@ impl Loader<'_> {
         };
         let kind = self.handler_kind(file, path, event, h)?;
         let occurrence = self.with_if(file, path, event, h, occurrence)?;
+        self.note_refs(file, path, &kind);
         let timeout = self.timeout(file, path, event, &kind, h);
         let on_failure_block = self.on_failure_block(file, path, h);
         let async_mode = self.async_mode(file, path, event, &kind, h);
+        let flag = |name: &str| h.get(name).and_then(Value::as_bool) == Some(true);
+        let key = DedupKey {
+            event,
+            kind: self.expanded(&kind),
+            shell: h.get("shell").and_then(Value::as_str).map(str::to_owned),
+            if_rule: h.get("if").and_then(Value::as_str).map(str::to_owned),
+            timeout,
+            on_failure_block,
+            async_flags: (flag("async"), flag("asyncRewake")),
+            plugin: self.plugin.clone(),
+        };
         let handler = Handler {
             source: file.to_owned(),
             path: path.to_owned(),
@@ -482,8 +662,9 @@ impl Loader<'_> {
             occurrences: vec![occurrence],
             after,
             async_mode,
+            plugin_root: self.plugin.clone(),
         };
-        Some(self.add(handler, sequential))
+        Some(self.add(handler, key, sequential))
     }
 
     /// `async` / `asyncRewake`: command handlers only, and not on SessionEnd (the session ends
@@ -806,11 +987,11 @@ impl Loader<'_> {
         }
     }
 
-    /// Adds `handler` and gives its index; identical handlers run once per event, so outside a
-    /// sequential chain (which keeps its own members) a duplicate joins the first one's
-    /// occurrences instead.
-    fn add(&mut self, handler: Handler, sequential: bool) -> usize {
-        let key = (handler.event, self.dedup_key(&handler.kind));
+    /// Adds `handler` and gives its index. A handler identical in everything but its matcher to
+    /// one already loaded (same `key`) runs once per event, so outside a sequential chain (which
+    /// keeps its own members) it joins the first one's occurrences instead; a handler that
+    /// differs in anything else (`if`, `timeout`, `onFailure`, ...) stays a handler of its own.
+    fn add(&mut self, handler: Handler, key: DedupKey, sequential: bool) -> usize {
         if !sequential {
             if let Some(&index) = self.keys.get(&key) {
                 self.out[index].occurrences.extend(handler.occurrences);
@@ -825,33 +1006,20 @@ impl Loader<'_> {
         index
     }
 
-    /// Handler type + expanded command + args, or the URL.
-    fn dedup_key(&self, kind: &HandlerKind) -> String {
+    /// `kind` with `${CLAUDE_PROJECT_DIR}` and `${CLAUDE_PLUGIN_ROOT}` expanded in a command
+    /// and its args: the same script written two ways is the same handler.
+    fn expanded(&self, kind: &HandlerKind) -> HandlerKind {
+        let dirs = Dirs {
+            project_dir: self.options.project_dir.as_deref(),
+            plugin_root: self.plugin.as_deref(),
+        };
+        let expand = |s: &str| dirs.exec(s);
         match kind {
-            HandlerKind::Command { command, args } => {
-                let expand = |s: &str| expand_project_dir(s, self.options.project_dir.as_deref());
-                match args {
-                    None => format!("command\u{0}{}", expand(command)),
-                    Some(args) => {
-                        let args: Vec<String> = args.iter().map(|a| expand(a)).collect();
-                        format!("exec\u{0}{}\u{0}{}", expand(command), args.join("\u{0}"))
-                    }
-                }
-            }
-            HandlerKind::Http { url, .. } => format!("http\u{0}{url}"),
-            HandlerKind::Prompt { prompt, .. } => format!("prompt\u{0}{prompt}"),
+            HandlerKind::Command { command, args } => HandlerKind::Command {
+                command: expand(command),
+                args: args.as_ref().map(|a| a.iter().map(|s| expand(s)).collect()),
+            },
+            HandlerKind::Http { .. } | HandlerKind::Prompt { .. } => kind.clone(),
         }
-    }
-}
-
-/// Substitutes `${CLAUDE_PROJECT_DIR}` (and `$CLAUDE_PROJECT_DIR`) with the project directory.
-pub(crate) fn expand_project_dir(text: &str, dir: Option<&Path>) -> String {
-    match dir {
-        Some(dir) => {
-            let dir = dir.display().to_string();
-            text.replace("${CLAUDE_PROJECT_DIR}", &dir)
-                .replace("$CLAUDE_PROJECT_DIR", &dir)
-        }
-        None => text.to_owned(),
     }
 }

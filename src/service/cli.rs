@@ -63,6 +63,12 @@ pub struct ServeArgs {
     /// How long a graceful shutdown may take, e.g. 10s (default 10s).
     #[arg(long, value_parser = parse_duration)]
     pub shutdown_deadline: Option<std::time::Duration>,
+    /// Offer this model to clients by name (`"provider": NAME` when a session opens), configured
+    /// from the environment: `anthropic` (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
+    /// ANTHROPIC_MODEL) or `openai` (OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_MODEL). Repeatable.
+    #[cfg(feature = "providers")]
+    #[arg(long = "provider", value_name = "NAME", value_parser = ["anthropic", "openai"])]
+    pub providers: Vec<String>,
 }
 
 fn parse_mode(text: &str) -> Result<PermissionMode, String> {
@@ -113,6 +119,8 @@ impl ServeArgs {
             config.permissions = Some(PermissionConfig::from_settings_files(&self.settings)?);
         }
         config.workspace_root.clone_from(&self.workspace_root);
+        #[cfg(feature = "providers")]
+        self.offer_providers(&mut config)?;
         let l = &mut config.limits;
         let set = |slot: &mut usize, v: Option<usize>| {
             if let Some(v) = v {
@@ -159,4 +167,33 @@ fn write_token_file(token: &str) -> Result<PathBuf, ServiceError> {
     file.write_all(b"\n").map_err(bad)?;
     let (_, path) = file.keep().map_err(|e| bad(e.error))?;
     Ok(path)
+}
+
+#[cfg(feature = "providers")]
+impl ServeArgs {
+    /// The `--provider` models, each configured from the environment now: a missing key is an
+    /// error at start, not at a client's first turn.
+    fn offer_providers(&self, config: &mut ServiceConfig) -> Result<(), ServiceError> {
+        use crate::providers::{AnthropicProvider, OpenAiProvider};
+        for name in &self.providers {
+            let provider: std::sync::Arc<dyn crate::Provider> = match name.as_str() {
+                "anthropic" => {
+                    std::sync::Arc::new(AnthropicProvider::from_env(None).map_err(|e| {
+                        ServiceError::Option {
+                            option: "--provider anthropic".into(),
+                            message: e.to_string(),
+                        }
+                    })?)
+                }
+                _ => std::sync::Arc::new(OpenAiProvider::from_env(None).map_err(|e| {
+                    ServiceError::Option {
+                        option: "--provider openai".into(),
+                        message: e.to_string(),
+                    }
+                })?),
+            };
+            config.providers.insert(name.clone(), provider);
+        }
+        Ok(())
+    }
 }

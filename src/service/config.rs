@@ -316,6 +316,41 @@ pub struct ServiceConfig {
     pub workspace_root: Option<PathBuf>,
     /// The bounds.
     pub limits: ServiceLimits,
+    /// The models a client may choose by name when it opens a session (`"provider": NAME`);
+    /// a session that names none plays its script. Only these: a client never supplies a
+    /// base URL or a key.
+    pub providers: ProviderChoices,
+}
+
+/// The named model providers the operator offers (see [`ServiceConfig::providers`]).
+#[derive(Clone, Default)]
+pub struct ProviderChoices(std::collections::BTreeMap<String, std::sync::Arc<dyn crate::Provider>>);
+
+impl ProviderChoices {
+    /// Offers `provider` under `name`.
+    pub fn insert(
+        &mut self,
+        name: impl Into<String>,
+        provider: std::sync::Arc<dyn crate::Provider>,
+    ) {
+        self.0.insert(name.into(), provider);
+    }
+
+    /// The provider offered under `name`.
+    pub fn get(&self, name: &str) -> Option<&std::sync::Arc<dyn crate::Provider>> {
+        self.0.get(name)
+    }
+
+    /// The names offered, in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+impl std::fmt::Debug for ProviderChoices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 impl ServiceConfig {
@@ -329,6 +364,7 @@ impl ServiceConfig {
             permissions: None,
             workspace_root: None,
             limits: ServiceLimits::default(),
+            providers: ProviderChoices::default(),
         })
     }
 

@@ -128,8 +128,8 @@ use crate::runtime::bus::ShutdownReport;
 #[cfg(feature = "cli")]
 pub use cli::{ServeArgs, TokenSource};
 pub use config::{
-    generate_token, looseness, parse_duration, Identity, ServiceConfig, ServiceError,
-    ServiceLimits, TokenSet, MIN_TOKEN_LEN, OPERATOR,
+    generate_token, looseness, parse_duration, Identity, ProviderChoices, ServiceConfig,
+    ServiceError, ServiceLimits, TokenSet, MIN_TOKEN_LEN, OPERATOR,
 };
 pub use routes::ApiError;
 

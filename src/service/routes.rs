@@ -19,7 +19,7 @@ use super::sessions::{close_slot, create_workspace, remove_workspace, Reservatio
 use super::sse::Feed;
 use super::{Service, ServiceConfig, ServiceLimits};
 use crate::agent::scripted::{Script, ScriptedProvider};
-use crate::agent::{AgentSession, SessionOptions, TurnResult};
+use crate::agent::{AgentSession, Provider, SessionOptions, TurnResult};
 use crate::permission::approver::Approval;
 use crate::permission::service::PermissionMode;
 
@@ -160,6 +160,9 @@ pub(crate) struct OpenSession {
     /// The workspace stays when the session ends.
     #[serde(default)]
     keep_workspace: bool,
+    /// A model the operator offers, by name; without it the session plays its script.
+    #[serde(default)]
+    provider: Option<String>,
     #[serde(flatten)]
     rest: serde_json::Map<String, Value>,
 }
@@ -209,11 +212,12 @@ pub(crate) async fn open_session(
     let Json(mut body) = body?;
     let script = script_of(&mut body)?;
     let mode = session_mode(body.permission_mode.as_deref(), &svc.inner.config)?;
+    let provider = session_provider(body.provider.as_deref(), &svc.inner.config, &script)?;
     let id = session_id(body.id)?;
     let place = reserve_place(&svc, &id)?;
     let workspace = new_workspace(svc.inner.root.path(), &id)?;
     // From here on, a failure removes the workspace: a rejected request leaves nothing.
-    let handle = match start_session(&svc, script, &workspace, &id, mode).await {
+    let handle = match start_session(&svc, script, provider, &workspace, &id, mode).await {
         Ok(handle) => handle,
         Err(e) => {
             remove_workspace(workspace).await;
@@ -239,6 +243,28 @@ pub(crate) async fn open_session(
             "detached": body.detached,
         })),
     ))
+}
+
+/// The session's model: one the operator offers under the name asked for, else the script.
+fn session_provider(
+    asked: Option<&str>,
+    config: &ServiceConfig,
+    script: &Script,
+) -> ApiResult<Arc<dyn Provider>> {
+    match asked {
+        None => Ok(Arc::new(ScriptedProvider::from_script(script.clone()))),
+        Some(name) => config.providers.get(name).cloned().ok_or_else(|| {
+            let offered = config.providers.names();
+            ApiError::BadRequest(if offered.is_empty() {
+                format!("unknown provider `{name}`: this service offers none")
+            } else {
+                format!(
+                    "unknown provider `{name}`: this service offers {}",
+                    offered.join(", ")
+                )
+            })
+        }),
+    }
 }
 
 /// The session's permission mode: the one `asked` (if any), refused above the service's ceiling.
@@ -304,6 +330,7 @@ fn new_workspace(root: &std::path::Path, id: &str) -> ApiResult<PathBuf> {
 async fn start_session(
     svc: &Service,
     script: Script,
+    provider: Arc<dyn Provider>,
     workspace: &std::path::Path,
     id: &str,
     mode: PermissionMode,
@@ -313,7 +340,7 @@ async fn start_session(
         e => ApiError::Internal(e.to_string()),
     })?;
     let mut options = SessionOptions::new(workspace).id(id).permission_mode(mode);
-    options.provider = Some(Arc::new(ScriptedProvider::from_script(script)));
+    options.provider = Some(provider);
     Ok(svc.inner.agent.open_session(options).await?)
 }
 

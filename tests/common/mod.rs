@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod http;
+#[cfg(feature = "service")]
+pub mod model_server;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -35,6 +35,30 @@ pub struct DemoArgs {
     /// Run this script file (see the `ScriptedProvider` docs) instead of the built-in one.
     #[arg(long, value_name = "FILE")]
     script: Option<PathBuf>,
+    /// The model: the script (`scripted`), or a real one: `anthropic` (ANTHROPIC_API_KEY,
+    /// ANTHROPIC_BASE_URL, ANTHROPIC_MODEL) or `openai` (OPENAI_API_KEY, OPENAI_BASE_URL,
+    /// OPENAI_MODEL), given the script's prompt and files.
+    #[arg(long, value_parser = ["scripted", "anthropic", "openai"], default_value = "scripted")]
+    provider: String,
+    /// The model's name (with `--provider anthropic|openai`).
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+}
+
+/// What the demo tells a real model before the prompt.
+const DEMO_SYSTEM_PROMPT: &str = "You are a coding agent working in the current directory. \
+Use the tools to read files, run commands (python3 is available) and write files. \
+Keep answers short.";
+
+/// The model the demo talks to: the script, or a real one configured from the environment.
+fn demo_provider(args: &DemoArgs, script: &Script) -> Result<Arc<dyn Provider>, String> {
+    use hookbus::providers::{AnthropicProvider, OpenAiProvider};
+    let model = args.model.as_deref();
+    Ok(match args.provider.as_str() {
+        "anthropic" => Arc::new(AnthropicProvider::from_env(model).map_err(|e| e.to_string())?),
+        "openai" => Arc::new(OpenAiProvider::from_env(model).map_err(|e| e.to_string())?),
+        _ => Arc::new(ScriptedProvider::from_script(script.clone())),
+    })
 }
 
 /// The built-in run: read main.py, run it, write a summary, stop.
@@ -177,12 +201,15 @@ impl Observer for AuditTrail {
 }
 
 /// Prints the model's text as each answer arrives.
-struct Narrated(ScriptedProvider);
+struct Narrated(Arc<dyn Provider>);
 
 #[async_trait]
 impl Provider for Narrated {
     fn model(&self) -> &str {
         self.0.model()
+    }
+    fn summarizes(&self) -> bool {
+        self.0.summarizes()
     }
     async fn complete(
         &self,
@@ -218,6 +245,13 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         Some(path) => Script::load(path)?,
         None => default_script(),
     };
+    let provider = match demo_provider(&args, &script) {
+        Ok(provider) => provider,
+        Err(why) => {
+            eprintln!("hookbus demo: {why}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let prompts = prompts_of(&script);
     let workspace = make_workspace(&script)?;
     say!("workspace: {}", workspace.display());
@@ -227,16 +261,16 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
     let audit_path = workspace.join("audit.sqlite");
     let audit_log =
         hookbus::builtins::AuditLog::open(&audit_path, hookbus::builtins::AuditMode::BestEffort)?;
-    let agent = build_agent(script, args.maintenance, fallback, &audit).await?;
+    let agent = build_agent(provider, args.maintenance, fallback, &audit).await?;
     audit_log.install(agent.bus()).await?;
     print_sandbox(&agent, &workspace).await?;
-    let session = agent
-        .open_session(
-            SessionOptions::new(&workspace)
-                .id("demo")
-                .permission_mode(PermissionMode::AcceptEdits),
-        )
-        .await?;
+    let mut options = SessionOptions::new(&workspace)
+        .id("demo")
+        .permission_mode(PermissionMode::AcceptEdits);
+    if args.provider != "scripted" {
+        options = options.system_prompt(DEMO_SYSTEM_PROMPT);
+    }
+    let session = agent.open_session(options).await?;
 
     let (results, code) = run_prompts(&session, prompts).await?;
     session.close().await?;
@@ -274,13 +308,13 @@ fn fallback_approval(approve: &str) -> Approval {
 
 /// The demo's agent: the narrated script, its hooks and observer, the deny rules and the approver.
 async fn build_agent(
-    script: Script,
+    provider: Arc<dyn Provider>,
     maintenance: bool,
     fallback: Approval,
     audit: &AuditTrail,
 ) -> Result<Agent, Error> {
     Agent::builder()
-        .provider(Narrated(ScriptedProvider::from_script(script)))
+        .provider(Narrated(provider))
         .hook(LoggingHook::with_sink(LogSink::Stdout))
         .hook(TimingHook::with_sink(LogSink::Stdout))
         .hook(MaintenanceGate {

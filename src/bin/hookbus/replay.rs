@@ -11,8 +11,16 @@ use hookbus::claude::CompatOptions;
 #[derive(clap::Args)]
 pub struct ReplayArgs {
     /// A Claude Code settings file; repeat to merge several, in order (user, project, local).
-    #[arg(long = "settings", value_name = "FILE", required = true)]
+    #[arg(
+        long = "settings",
+        value_name = "FILE",
+        required_unless_present = "plugin_dirs"
+    )]
     settings: Vec<PathBuf>,
+    /// A Claude Code plugin directory whose `hooks/hooks.json` is loaded after the settings,
+    /// its hooks run with `CLAUDE_PLUGIN_ROOT` set to it; repeat for several, in order.
+    #[arg(long = "plugin-dir", value_name = "DIR")]
+    plugin_dirs: Vec<PathBuf>,
     /// The session transcript (JSONL).
     #[arg(long, value_name = "FILE")]
     transcript: PathBuf,
@@ -62,6 +70,7 @@ pub async fn run(args: ReplayArgs) -> Result<ExitCode, Box<dyn std::error::Error
         .transpose()?;
     let replay = Replay::load(ReplayOptions {
         settings: args.settings,
+        plugin_dirs: args.plugin_dirs,
         transcript: args.transcript,
         cwd: args.cwd,
         project_dir: args.project_dir,
