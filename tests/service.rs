@@ -651,6 +651,12 @@ impl Browser {
 
     /// Clicks the first element matching a CSS selector.
     async fn click(&self, css: &str) {
+        assert!(self.try_click(css).await, "no element {css} to click");
+    }
+
+    /// Clicks the first element matching `css`; false when there is none, or it was replaced
+    /// before the click landed (the page redraws as events arrive).
+    async fn try_click(&self, css: &str) -> bool {
         let found = self
             .call(
                 reqwest::Method::POST,
@@ -658,18 +664,22 @@ impl Browser {
                 Some(json!({ "using": "css selector", "value": css })),
             )
             .await;
-        let element = found["value"]
+        let Some(element) = found["value"]
             .as_object()
             .and_then(|o| o.values().next())
             .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("no element {css}: {found}"))
-            .to_owned();
-        self.call(
-            reqwest::Method::POST,
-            &format!("/element/{element}/click"),
-            Some(json!({})),
-        )
-        .await;
+            .map(str::to_owned)
+        else {
+            return false;
+        };
+        let clicked = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/element/{element}/click"),
+                Some(json!({})),
+            )
+            .await;
+        clicked["value"].is_null()
     }
 
     /// The live DOM, polled until `ready` holds (at most 15 s).
@@ -746,11 +756,18 @@ async fn the_console_lists_sessions_draws_hook_waterfalls_and_answers_an_approva
     assert!(dom.contains("echo from-the-page"), "{dom}");
     assert!(dom.contains("state live"), "{dom}");
     // Answered by clicking: the turn completes and its events arrive.
-    browser.click("div.approval button.allow").await;
-    let result = tokio::time::timeout(Duration::from_secs(15), turn)
-        .await
-        .unwrap()
-        .unwrap();
+    // The page redraws as events arrive, so a click can land on a button just replaced: click
+    // again while the turn still waits (a second answer to an answered approval is refused).
+    let mut turn = turn;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let result = loop {
+        browser.try_click("div.approval button.allow").await;
+        match tokio::time::timeout(Duration::from_secs(1), &mut turn).await {
+            Ok(result) => break result.unwrap(),
+            Err(_) if tokio::time::Instant::now() < deadline => continue,
+            Err(_) => panic!("the turn did not complete after the approval was clicked"),
+        }
+    };
     assert_eq!(result["reason"], "completed", "{result}");
     let dom = browser
         .dom_when(|d| d.contains("<td>Stop</td>") && !d.contains("class=\"approval\""))
