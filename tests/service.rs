@@ -650,10 +650,6 @@ impl Browser {
     }
 
     /// Clicks the first element matching a CSS selector.
-    async fn click(&self, css: &str) {
-        assert!(self.try_click(css).await, "no element {css} to click");
-    }
-
     /// Clicks the first element matching `css`; false when there is none, or it was replaced
     /// before the click landed (the page redraws as events arrive).
     async fn try_click(&self, css: &str) -> bool {
