@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::http::{bounded, client, events, json_of, send, HttpOptions};
+use super::http::{bounded, client, events, json_of, send, tool_input, HttpOptions};
 use super::{env_var, ProviderConfigError};
 use crate::agent::provider::{
     Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, Usage,
@@ -270,13 +270,7 @@ impl Answer {
     /// A finished tool_use block becomes a call, its input parsed from the assembled JSON.
     fn stop_block(&mut self, index: u64) -> Result<(), ProviderError> {
         if let Some(Block::ToolUse { id, name, input }) = self.blocks.remove(&index) {
-            let input = if input.trim().is_empty() {
-                Value::Object(Map::new())
-            } else {
-                serde_json::from_str(&input).map_err(|e| {
-                    ProviderError::Other(format!("the input of tool call `{id}` is not JSON: {e}"))
-                })?
-            };
+            let input = tool_input(&id, &input)?;
             self.calls.push(ToolCall { id, name, input });
         }
         Ok(())

@@ -221,6 +221,17 @@ pub(crate) fn events(
         .map_err(|e| ProviderError::Other(format!("malformed event stream: {e}")))
 }
 
+/// A tool call's input from the JSON text its deltas assembled: nothing is `{}`, anything
+/// else must be JSON (an error naming the call otherwise).
+pub(crate) fn tool_input(id: &str, text: &str) -> Result<Value, ProviderError> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    serde_json::from_str(text).map_err(|e| {
+        ProviderError::Other(format!("the input of tool call `{id}` is not JSON: {e}"))
+    })
+}
+
 /// An event's data as JSON, or a clear error naming the event.
 pub(crate) fn json_of(event: &Event) -> Result<Value, ProviderError> {
     serde_json::from_str(&event.data).map_err(|e| {

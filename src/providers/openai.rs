@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::http::{bounded, client, events, json_of, send, HttpOptions};
+use super::http::{bounded, client, events, json_of, send, tool_input, HttpOptions};
 use super::{env_var, ProviderConfigError};
 use crate::agent::provider::{
     Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, Usage,
@@ -246,16 +246,7 @@ impl Answer {
         }
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for (_, call) in self.calls {
-            let input = if call.arguments.trim().is_empty() {
-                Value::Object(Map::new())
-            } else {
-                serde_json::from_str(&call.arguments).map_err(|e| {
-                    ProviderError::Other(format!(
-                        "the arguments of tool call `{}` are not JSON: {e}",
-                        call.id
-                    ))
-                })?
-            };
+            let input = tool_input(&call.id, &call.arguments)?;
             tool_calls.push(ToolCall {
                 id: call.id,
                 name: call.name,
