@@ -334,3 +334,31 @@ async fn compaction_asks_the_model_for_the_summary_and_the_next_request_carries_
     assert_eq!(next[1]["content"][0]["text"], "First answer.");
     agent.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn a_response_past_the_size_cap_fails_the_call_instead_of_growing() {
+    let big = "x".repeat(12 << 10);
+    let (addr, _script) = serve(vec![Reply::Sse(anthropic_answer(&big, &[], (1, 1)))]).await;
+    let provider = AnthropicProvider::new("k", "m")
+        .base_url(format!("http://{addr}"))
+        .options(HttpOptions {
+            max_response_bytes: 4 << 10,
+            ..quick()
+        });
+    let (agent, ws) = agent_with(provider).await;
+    let session = agent
+        .open_session(SessionOptions::new(ws.path()))
+        .await
+        .unwrap();
+    let result = session.run_turn("hi").await.unwrap();
+    assert_eq!(result.reason, TerminalReason::Error, "{result:?}");
+    assert!(
+        result
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("larger than"),
+        "{result:?}"
+    );
+    agent.shutdown(Duration::from_secs(5)).await;
+}
