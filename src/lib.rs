@@ -89,6 +89,8 @@ pub mod builtins;
 #[cfg(feature = "claude")]
 pub mod claude;
 pub mod model;
+#[cfg(feature = "nats")]
+pub mod nats;
 pub mod permission;
 pub mod prelude;
 #[cfg(feature = "providers")]
@@ -126,8 +128,8 @@ pub use model::{
     UserPromptSubmit, CANCEL_GRACE,
 };
 pub use permission::{
-    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, HookOpinion, Level,
-    NoApprover, PermissionConfig, PermissionHandle, PermissionMode, PermissionQuery,
+    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, DeskChange, HookOpinion,
+    Level, NoApprover, PermissionConfig, PermissionHandle, PermissionMode, PermissionQuery,
     PermissionService, PolicyApprover, RuleSet, TerminalApprover, ToolKind, Verdict,
 };
 pub use runtime::{

@@ -16,6 +16,7 @@ const LAYERS: &[&str] = &[
     "providers",
     "builtins",
     "claude",
+    "nats",
     "service",
     "benchmark",
 ];

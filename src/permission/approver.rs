@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 
 use crate::model::error::Error;
 
@@ -179,16 +179,41 @@ struct Pending {
 /// An approver for services: pending requests wait in a table until answered through an
 /// [`ApprovalDesk`] (list them, answer by id). A request that is not answered before the
 /// pipeline's timeout disappears from the table.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ChannelApprover {
     pending: Arc<DashMap<u64, Pending>>,
     next: Arc<AtomicU64>,
+    changes: broadcast::Sender<DeskChange>,
 }
+
+impl Default for ChannelApprover {
+    fn default() -> Self {
+        Self {
+            pending: Arc::default(),
+            next: Arc::default(),
+            changes: broadcast::channel(DESK_CHANGES).0,
+        }
+    }
+}
+
+/// Changes a desk's watchers may fall behind by before they skip some (and learn it as
+/// `Lagged`, to read [`ApprovalDesk::pending`] afresh).
+const DESK_CHANGES: usize = 1024;
 
 /// The answering side of a [`ChannelApprover`].
 #[derive(Clone)]
 pub struct ApprovalDesk {
     pending: Arc<DashMap<u64, Pending>>,
+    changes: broadcast::Sender<DeskChange>,
+}
+
+/// A change on an [`ApprovalDesk`], as [`ApprovalDesk::watch`] tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeskChange {
+    /// A request now waits for an answer.
+    Pending(ApprovalRequest),
+    /// Request `id` no longer waits: answered, timed out or withdrawn.
+    Ended(u64),
 }
 
 impl ChannelApprover {
@@ -197,17 +222,19 @@ impl ChannelApprover {
         let approver = ChannelApprover::default();
         let desk = ApprovalDesk {
             pending: approver.pending.clone(),
+            changes: approver.changes.clone(),
         };
         (approver, desk)
     }
 }
 
-/// Removes a pending request when its waiter goes away (timeout, cancellation).
-struct Remove<'a>(&'a DashMap<u64, Pending>, u64);
+/// Removes a pending request when its waiter goes away (answered, timeout, cancellation).
+struct Remove<'a>(&'a ChannelApprover, u64);
 
 impl Drop for Remove<'_> {
     fn drop(&mut self) {
-        self.0.remove(&self.1);
+        self.0.pending.remove(&self.1);
+        let _ = self.0.changes.send(DeskChange::Ended(self.1));
     }
 }
 
@@ -217,8 +244,12 @@ impl Approver for ChannelApprover {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         request.id = id;
         let (reply, rx) = oneshot::channel();
+        let announced = (self.changes.receiver_count() > 0).then(|| request.clone());
         self.pending.insert(id, Pending { request, reply });
-        let _guard = Remove(&self.pending, id);
+        let _guard = Remove(self, id);
+        if let Some(request) = announced {
+            let _ = self.changes.send(DeskChange::Pending(request));
+        }
         rx.await.unwrap_or(Approval::Deny {
             reason: Some("the approval was dropped".into()),
         })
@@ -232,6 +263,16 @@ impl ApprovalDesk {
             self.pending.iter().map(|p| p.request.clone()).collect();
         list.sort_by_key(|r| r.id);
         list
+    }
+
+    /// Tells each change from now on: a request that starts waiting, one that ends.
+    pub fn watch(&self) -> broadcast::Receiver<DeskChange> {
+        self.changes.subscribe()
+    }
+
+    /// The request `id`, if it waits.
+    pub fn get(&self, id: u64) -> Option<ApprovalRequest> {
+        self.pending.get(&id).map(|p| p.request.clone())
     }
 
     /// Answers request `id`. Errors when no such request is pending.

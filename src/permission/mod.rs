@@ -10,8 +10,8 @@ pub(crate) mod approver;
 pub(crate) mod service;
 
 pub use approver::{
-    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, NoApprover, PolicyApprover,
-    TerminalApprover,
+    Approval, ApprovalDesk, ApprovalRequest, Approver, ChannelApprover, DeskChange, NoApprover,
+    PolicyApprover, TerminalApprover,
 };
 pub use service::{
     HookOpinion, Level, PermissionConfig, PermissionHandle, PermissionMode, PermissionQuery,

@@ -53,6 +53,10 @@ pub enum ServiceError {
     /// Randomness for a token could not be had from the system.
     #[error("no randomness from the system for a token: {0}")]
     Random(String),
+    /// The fleet could not be joined.
+    #[cfg(feature = "nats")]
+    #[error(transparent)]
+    Fleet(#[from] crate::nats::NatsError),
     /// The runtime refused something at start (loading settings, building the agent).
     #[error(transparent)]
     Runtime(#[from] crate::Error),
@@ -320,6 +324,10 @@ pub struct ServiceConfig {
     /// a session that names none plays its script. Only these: a client never supplies a
     /// base URL or a key.
     pub providers: ProviderChoices,
+    /// The fleet this instance belongs to: its approvals are announced on NATS and answered
+    /// from any instance (see [`Fleet`](super::Fleet)).
+    #[cfg(feature = "nats")]
+    pub fleet: Option<super::Fleet>,
 }
 
 /// The named model providers the operator offers (see [`ServiceConfig::providers`]).
@@ -365,6 +373,8 @@ impl ServiceConfig {
             workspace_root: None,
             limits: ServiceLimits::default(),
             providers: ProviderChoices::default(),
+            #[cfg(feature = "nats")]
+            fleet: None,
         })
     }
 

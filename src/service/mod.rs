@@ -97,6 +97,8 @@ mod auth;
 #[cfg(feature = "cli")]
 mod cli;
 mod config;
+#[cfg(feature = "nats")]
+mod fleet;
 mod page;
 mod routes;
 mod sessions;
@@ -131,6 +133,8 @@ pub use config::{
     generate_token, looseness, parse_duration, Identity, ProviderChoices, ServiceConfig,
     ServiceError, ServiceLimits, TokenSet, MIN_TOKEN_LEN, OPERATOR,
 };
+#[cfg(feature = "nats")]
+pub use fleet::Fleet;
 pub use routes::ApiError;
 
 use auth::{AllowedHosts, BearerAuth, RequestGuard};
@@ -159,6 +163,9 @@ struct Inner {
     sessions: Sessions,
     /// Fires when shutdown starts: event streams end, the idle reaper stops.
     shutdown: CancellationToken,
+    /// The fleet's approvals, when the service is an instance of one.
+    #[cfg(feature = "nats")]
+    fleet: std::sync::OnceLock<crate::nats::FleetApprovals>,
 }
 
 impl Drop for Inner {
@@ -206,8 +213,15 @@ impl Service {
             sessions: Sessions::new(l.max_sessions),
             root,
             shutdown: CancellationToken::new(),
+            #[cfg(feature = "nats")]
+            fleet: std::sync::OnceLock::new(),
             config,
         });
+        #[cfg(feature = "nats")]
+        if let Some(fleet) = &inner.config.fleet {
+            let approvals = fleet::join(fleet, &inner).await?;
+            let _ = inner.fleet.set(approvals);
+        }
         tokio::spawn(reap_idle(
             Arc::downgrade(&inner),
             inner.shutdown.clone(),

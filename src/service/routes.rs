@@ -59,6 +59,9 @@ pub enum ApiError {
     /// 500: the service failed (a workspace could not be made).
     #[error("{0}")]
     Internal(String),
+    /// 503: another instance of the fleet, which owns what was asked for, did not answer.
+    #[error("{0}")]
+    Unavailable(String),
     /// What axum's JSON extractor refused, with its status (400, 413, 415, 422).
     #[error("{message}")]
     Body {
@@ -93,6 +96,7 @@ impl ApiError {
             Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Body { status, .. } => *status,
         }
     }
@@ -529,6 +533,20 @@ pub(crate) async fn approvals(
     State(svc): State<Service>,
     Extension(who): Extension<Identity>,
 ) -> Json<Value> {
+    #[cfg(feature = "nats")]
+    if let Some(fleet) = svc.inner.fleet.get() {
+        let mine: Vec<Value> = fleet
+            .pending_for(who.name())
+            .into_iter()
+            .map(|a| {
+                let mut entry = json!(a.request);
+                entry["id"] = json!(a.id);
+                entry["instance"] = json!(a.instance);
+                entry
+            })
+            .collect();
+        return Json(json!({ "approvals": mine }));
+    }
     let mine: Vec<_> = svc
         .inner
         .desk
@@ -570,6 +588,19 @@ pub(crate) async fn answer(
             ))
         }
     };
+    #[cfg(feature = "nats")]
+    if let Some(fleet) = svc.inner.fleet.get() {
+        if id.contains(':') {
+            use crate::nats::AnswerError;
+            return match fleet.answer(&id, who.name(), approval).await {
+                Ok(()) => Ok(Json(json!({ "answered": id, "decision": body.decision }))),
+                Err(AnswerError::NotFound) => Err(ApiError::not_found("approval", &id)),
+                Err(e @ AnswerError::Unreachable { .. }) => {
+                    Err(ApiError::Unavailable(e.to_string()))
+                }
+            };
+        }
+    }
     let number: u64 = id
         .parse()
         .map_err(|_| ApiError::not_found("approval", &id))?;

@@ -177,6 +177,12 @@ impl Sessions {
         self.map.get(root).is_some_and(|s| s.owner == *who)
     }
 
+    /// The identity that owns session `id`.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    pub fn owner(&self, id: &str) -> Option<Identity> {
+        self.map.get(id).map(|s| s.owner.clone())
+    }
+
     /// `who`'s sessions, oldest first.
     pub fn of(&self, who: &Identity) -> Vec<Arc<Slot>> {
         let mut list: Vec<Arc<Slot>> = self

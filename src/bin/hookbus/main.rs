@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod audit;
 mod bench;
 mod demo;
+mod fleet;
 mod replay;
 
 /// Lifecycle hooks for LLM agent loops.
@@ -30,6 +31,13 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Read an audit log: sessions, calls, calls in doubt, one call.
     Audit(audit::AuditArgs),
+    /// Serve sessions over HTTP (see `hookbus::service`), alone or as an instance of a fleet
+    /// on NATS.
+    Serve(Box<fleet::ServeCmd>),
+    /// Serve the hooks of Claude Code settings files to a fleet's instances over NATS.
+    Worker(fleet::WorkerCmd),
+    /// Follow a fleet's events as a durable observer: one JSON line per event.
+    Observe(fleet::ObserveCmd),
     /// Runs a durable-audit session for crash tests (not for users).
     #[command(hide = true)]
     DurableChild(demo::DurableChildArgs),
@@ -57,6 +65,9 @@ fn run(command: Command) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Command::Demo(args) => demo::run(args).await,
             Command::Replay(args) => replay::run(args).await,
             Command::DurableChild(args) => demo::durable_child(args).await,
+            Command::Serve(cmd) => fleet::serve_cmd(*cmd).await,
+            Command::Worker(cmd) => fleet::worker_cmd(cmd).await,
+            Command::Observe(cmd) => fleet::observe_cmd(cmd).await,
             Command::Bench(_) | Command::Audit(_) => Ok(ExitCode::SUCCESS),
         }
     });
