@@ -360,7 +360,10 @@ fn yes() -> bool {
 /// `StepComplete`: one model call and its tool calls are done.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepComplete {
-    /// The step that finished (1-based within the turn).
+    /// The step that finished (1-based within the turn). It is the envelope's own `step`:
+    /// JSON holds it once, as the envelope's (a second `step` key would make the envelope
+    /// unreadable), and reading an envelope takes it from there.
+    #[serde(skip_serializing, default)]
     pub step: u32,
     /// The turn's step limit.
     pub max_steps: u32,
@@ -596,6 +599,7 @@ pub struct SessionFields {
 /// An event with its place in the session (EVT-1). Hooks and observers get it as `Arc<Envelope>`,
 /// shared and immutable (EVT-2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "EnvelopeJson")]
 pub struct Envelope {
     /// The session's id.
     pub session_id: String,
@@ -620,6 +624,73 @@ pub struct Envelope {
     /// The event and its payload, flattened next to the fields above.
     #[serde(flatten)]
     pub event: Event,
+}
+
+/// An envelope as read from JSON, before its `StepComplete` takes the envelope's `step`.
+#[derive(Deserialize)]
+struct EnvelopeJson {
+    session_id: String,
+    #[serde(default)]
+    parent_session_id: Option<String>,
+    seq: u64,
+    #[serde(default)]
+    turn: u32,
+    #[serde(default)]
+    step: u32,
+    #[serde(default)]
+    timestamp_ms: u64,
+    #[serde(flatten)]
+    fields: Arc<SessionFields>,
+    #[serde(flatten)]
+    event: Event,
+}
+
+impl From<EnvelopeJson> for Envelope {
+    fn from(json: EnvelopeJson) -> Self {
+        let mut event = json.event;
+        if let Event::StepComplete(e) = &mut event {
+            e.step = json.step;
+        }
+        Envelope {
+            session_id: json.session_id,
+            parent_session_id: json.parent_session_id,
+            seq: json.seq,
+            turn: json.turn,
+            step: json.step,
+            timestamp_ms: json.timestamp_ms,
+            fields: json.fields,
+            event,
+        }
+    }
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::*;
+
+    #[test]
+    fn every_envelope_reads_back_from_its_json_with_step_complete_keeping_its_step() {
+        let envelope = Envelope {
+            session_id: "s".into(),
+            parent_session_id: None,
+            seq: 7,
+            turn: 1,
+            step: 3,
+            timestamp_ms: 5,
+            fields: Arc::default(),
+            event: Event::StepComplete(StepComplete {
+                step: 3,
+                max_steps: 10,
+                message_count: 4,
+                estimated_tokens: 100,
+                token_limit: 1000,
+            }),
+        };
+        let text = serde_json::to_string(&envelope).unwrap();
+        assert_eq!(text.matches("\"step\"").count(), 1, "{text}");
+        let back: Envelope = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, envelope);
+    }
 }
 
 impl Envelope {
