@@ -155,7 +155,7 @@ fn observer(nats: &NatsServer) -> Proc {
 }
 
 fn command_of(i: usize) -> String {
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         format!("echo forbidden {i}")
     } else {
         format!("echo hi {i}")
@@ -266,7 +266,7 @@ async fn a_thousand_sessions_on_two_instances_are_decided_by_remote_workers_and_
         .collect()
         .await;
     for (i, calls) in &results {
-        let forbidden = i % 5 == 0;
+        let forbidden = i.is_multiple_of(5);
         let status = calls[0]["status"]["status"].as_str().unwrap();
         if forbidden {
             assert_eq!(status, "blocked", "s{i}: {calls}");
