@@ -442,3 +442,44 @@ async fn an_approval_raised_on_one_instance_is_answered_through_another() {
         .await;
     assert_eq!(status, 404);
 }
+
+#[test]
+fn serve_refuses_a_bad_remote_hook_and_one_without_nats_naming_what_is_wrong() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hookbus"))
+            .args(args)
+            .env("HOOKBUS_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = run(&["serve", "--remote-hook", "policy,colour=blue"]);
+    assert!(!ok);
+    assert!(
+        err.contains("policy,colour=blue") && err.contains("unknown key"),
+        "{err}"
+    );
+    let (ok, err) = run(&["serve", "--remote-hook", "policy,events=NoSuchEvent"]);
+    assert!(!ok);
+    assert!(err.contains("NoSuchEvent"), "{err}");
+    let (ok, err) = run(&["serve", "--remote-hook", "policy,timeout=0s"]);
+    assert!(!ok);
+    assert!(err.contains("timeout"), "{err}");
+    let (ok, err) = run(&["serve", "--addr", "127.0.0.1:0", "--remote-hook", "policy"]);
+    assert!(!ok);
+    assert!(err.contains("need --nats"), "{err}");
+    let (ok, err) = run(&[
+        "serve",
+        "--addr",
+        "127.0.0.1:0",
+        "--nats",
+        "nats://127.0.0.1:1",
+        "--instance",
+        "a.b",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("instance name \"a.b\""), "{err}");
+}

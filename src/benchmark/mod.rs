@@ -453,6 +453,7 @@ pub fn resident_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
+pub mod fleet;
 mod run;
 mod scale;
 pub use run::{pair_figures, run, run_only, steps, PairFigures};

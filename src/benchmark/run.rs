@@ -142,6 +142,12 @@ const GROUPS: &[Group] = &[
     }),
     ("command_hook", 1, |c, _| vec![command(c)]),
     ("audit_durable_intents_per_s", 1, |c, _| vec![audit(c)]),
+    ("remote_hook_pair", 1, |c, _| {
+        super::fleet::remote_hook_pair(c)
+    }),
+    ("fleet_throughput", 1, |c, _| {
+        super::fleet::fleet_throughput(c)
+    }),
 ];
 
 /// The groups whose name contains `only` (every group when `None`).

@@ -68,6 +68,9 @@ pub async fn serve_cmd(cmd: ServeCmd) -> Result<ExitCode> {
         .instance
         .clone()
         .unwrap_or_else(|| format!("hookbus-{}", std::process::id()));
+    if !nats::subject::is_plain_token(&instance) {
+        return Err(nats::NatsError::InstanceName(instance).into());
+    }
     let client = match &cmd.nats {
         Some(url) => Some(nats::connect(url, &instance).await?),
         None if !cmd.remote_hooks.is_empty() || !cmd.remote_settings.is_empty() => {
