@@ -190,15 +190,9 @@ impl FleetApprovals {
     /// Answers the approval `id` (a fleet id, `<instance>:<number>`) for `who`: here when it
     /// is this instance's, else by a request to its instance, which checks that `who` owns it.
     pub async fn answer(&self, id: &str, who: &str, approval: Approval) -> Result<(), AnswerError> {
-        let (instance, number) = id
-            .rsplit_once(':')
-            .and_then(|(i, n)| Some((i, n.parse::<u64>().ok()?)))
-            .ok_or(AnswerError::NotFound)?;
+        let (instance, number) = parse_fleet_id(id).ok_or(AnswerError::NotFound)?;
         if instance == self.inner.instance {
             return self.inner.answer_here(number, who, approval);
-        }
-        if !subject::is_plain_token(instance) {
-            return Err(AnswerError::NotFound);
         }
         let body = serde_json::to_vec(&AnswerRequest {
             number,
@@ -249,6 +243,16 @@ impl FleetApprovals {
 
     /// Stops announcing and answering.
     pub fn close(self) {}
+}
+
+/// `<instance>:<number>` → its parts, when the instance is a plain name and the number a
+/// number; anything else names no approval.
+fn parse_fleet_id(id: &str) -> Option<(&str, u64)> {
+    let (instance, number) = id.split_once(':')?;
+    if !subject::is_plain_token(instance) || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((instance, number.parse().ok()?))
 }
 
 impl Inner {
@@ -373,6 +377,36 @@ impl Inner {
         let body = serde_json::to_vec(&reply).unwrap_or_default();
         if let Err(e) = self.client.publish(reply_to, body.into()).await {
             tracing::warn!(error = %e, "cannot reply to an answer");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_fleet_id;
+
+    #[test]
+    fn only_a_plain_instance_and_a_number_make_a_fleet_id() {
+        assert_eq!(parse_fleet_id("a:1"), Some(("a", 1)));
+        assert_eq!(parse_fleet_id("node-2_b:42"), Some(("node-2_b", 42)));
+        for bad in [
+            "1",
+            "a:",
+            ":1",
+            "a:x",
+            "a:1:2",
+            "a:-1",
+            "a:+1",
+            "a.b:1",
+            "*:1",
+            ">:1",
+            "a b:1",
+            "../a:1",
+            "a:1 ",
+            "a:99999999999999999999999",
+            "",
+        ] {
+            assert_eq!(parse_fleet_id(bad), None, "{bad:?}");
         }
     }
 }
