@@ -185,9 +185,8 @@ impl SqliteStore {
         let sql = |e: rusqlite::Error| StoreError::Sql(e.to_string());
         create_private(path).map_err(|e| StoreError::Sql(e.to_string()))?;
         let conn = Connection::open(path).map_err(sql)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| StoreError::Sql(format!("cannot use it as a database: {e}")))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        use_wal(&conn)?;
         let sync = match mode {
             AuditMode::Durable => "FULL",
             AuditMode::BestEffort => "NORMAL",
@@ -219,6 +218,30 @@ impl SqliteStore {
             StoreError::Stopped(self.limit_ms)
         } else {
             StoreError::Sql(e.to_string())
+        }
+    }
+}
+
+/// How long a writer waits for another's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Puts the file in WAL mode. Switching a new file's journal needs it to itself, and SQLite
+/// answers "locked" without waiting while another opener holds it, so this retries until the
+/// busy timeout.
+fn use_wal(conn: &Connection) -> Result<(), StoreError> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(StoreError::Sql(format!("cannot use it as a database: {e}"))),
         }
     }
 }
