@@ -167,14 +167,14 @@ fn check_tables(store: &mut dyn AuditStore, version: i64) -> Result<(), StoreErr
 /// Checks an audit log that has a version: tables, marker, version known, columns. Types are
 /// checked first, so nothing is queried through a view or anything else of an audit name.
 fn check_existing(store: &mut dyn AuditStore, version: i64) -> Result<(), StoreError> {
+    if store.object_type("hookbus_audit")?.is_none() || !marked(store)? {
+        return Err(SchemaError::NotAnAuditLog.into());
+    }
     if version > VERSION {
         return Err(SchemaError::Newer(version).into());
     }
     if version < 1 {
         return Err(SchemaError::BadVersion(version).into());
-    }
-    if store.object_type("hookbus_audit")?.is_none() || !marked(store)? {
-        return Err(SchemaError::NotAnAuditLog.into());
     }
     check_tables(store, version)
 }
