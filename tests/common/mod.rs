@@ -4,6 +4,8 @@
 pub mod http;
 #[cfg(feature = "service")]
 pub mod model_server;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 use std::sync::Arc;
 use std::time::Duration;
