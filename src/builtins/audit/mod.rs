@@ -140,6 +140,18 @@ fn audit_error(target: &str, message: impl std::fmt::Display) -> Error {
     }
 }
 
+/// How errors show the SQLite file `path`; a PostgreSQL URL given as a path is an error
+/// pointing to `connect` (and shown without its password).
+fn sqlite_target(path: &Path) -> Result<String, Error> {
+    match path.to_str().map(Target::parse) {
+        Some(Target::Postgres(url)) => Err(audit_error(
+            &store::redact_url(&url),
+            store::StoreError::UrlAsPath,
+        )),
+        _ => Ok(path.display().to_string()),
+    }
+}
+
 impl AuditLog {
     /// Opens (creating it and its schema on first use, migrating older versions) the SQLite
     /// log at `path` and starts its writer.
@@ -150,7 +162,7 @@ impl AuditLog {
     /// lock and wait for each other (up to 5 s).
     pub fn open(path: impl AsRef<Path>, mode: AuditMode) -> Result<Self, Error> {
         let path = path.as_ref();
-        let shown = path.display().to_string();
+        let shown = sqlite_target(path)?;
         let store =
             sqlite::SqliteStore::open_write(path, mode).map_err(|e| audit_error(&shown, e))?;
         Self::start(Box::new(store), shown, AuditBackend::Sqlite, mode)
@@ -534,10 +546,23 @@ impl Hook for IntentGate {
     }
 }
 
-#[cfg(all(test, not(feature = "postgres")))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_postgres_url_given_to_open_points_to_connect() {
+        let url = "postgres://audit:s3cret@127.0.0.1:1/audit";
+        let err = AuditLog::open(url, AuditMode::Durable)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("connect") && !err.contains("s3cret"), "{err}");
+        let err = AuditDb::open(url).unwrap_err().to_string();
+        assert!(err.contains("connect") && !err.contains("s3cret"), "{err}");
+        assert!(!Path::new("postgres:").exists(), "no file was made");
+    }
+
+    #[cfg(not(feature = "postgres"))]
     #[tokio::test]
     async fn a_postgres_url_without_the_feature_is_an_error_naming_the_feature() {
         let url = "postgresql://audit:s3cret@127.0.0.1:1/audit";

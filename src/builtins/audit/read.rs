@@ -186,7 +186,7 @@ impl AuditDb {
     /// opening included).
     pub fn open_with_limit(path: impl AsRef<Path>, limit: Duration) -> Result<Self, Error> {
         let path = path.as_ref();
-        let shown = path.display().to_string();
+        let shown = super::sqlite_target(path)?;
         let store = SqliteStore::open_read(path).map_err(|e| audit_error(&shown, e))?;
         Self::checked(Box::new(store), shown, limit)
     }

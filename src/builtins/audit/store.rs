@@ -99,6 +99,9 @@ pub(crate) enum StoreError {
         /// What it must hold.
         expected: &'static str,
     },
+    /// A PostgreSQL URL was given where a SQLite path is taken.
+    #[error("this is a PostgreSQL URL, not a SQLite file: open it with `connect`")]
+    UrlAsPath,
     /// A PostgreSQL URL was given to a build without the `postgres` feature.
     #[cfg_attr(feature = "postgres", allow(dead_code))]
     #[error(
