@@ -129,7 +129,7 @@ esac
         {"type": "command", "command": script, "timeout": 2}
     ]}]}});
     std::fs::write(dir.path().join("policy.json"), policy.to_string()).unwrap();
-    let perms = json!({"permissions": {"allow": ["Bash(echo:*)"]}});
+    let perms = json!({"permissions": {"allow": ["Bash(echo:*)", "Bash(sleep:*)"]}});
     std::fs::write(dir.path().join("perms.json"), perms.to_string()).unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("other {OTHER}\n")).unwrap();
@@ -493,4 +493,119 @@ fn serve_refuses_a_bad_remote_hook_and_one_without_nats_naming_what_is_wrong() {
     ]);
     assert!(!ok);
     assert!(err.contains("instance name \"a.b\""), "{err}");
+}
+
+/// The command of an audit record's final input (stored as JSON text).
+fn audited_command(call: &Value) -> String {
+    call["final_input"]
+        .as_str()
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|input| input["command"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// `hookbus audit --db URL ARGS… --format json`, run as its own process.
+fn audit_json(url: &str, args: &[&str]) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_hookbus"))
+        .args(["audit", "--db", url, "--format", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instance_leaves_its_committed_intents_in_postgres_and_its_interrupted_calls_in_doubt(
+) {
+    let Some(nats) = NatsServer::start() else {
+        return;
+    };
+    let Some(pg) = common::postgres::PgServer::start_or_skip("the fleet's audit store") else {
+        return;
+    };
+    let url = pg.create_database("fleet");
+    let files = fleet_files("0");
+    let dir = files.path();
+    let _worker = worker(&nats, dir);
+    let audit = ["--audit-db", url.as_str(), "--audit-durable"];
+    let (mut doomed, a) = instance(&nats, "a", dir, &audit);
+    let (_b, b) = instance(&nats, "b", dir, &audit);
+    // On b, a session that finishes; on a, three whose second call is still running at the kill.
+    let calls = one_session(&b, "on-b", "echo done on b").await;
+    assert_eq!(calls[0]["status"]["status"], "completed", "{calls}");
+    let mut turns = Vec::new();
+    for i in 0..3 {
+        let id = format!("on-a-{i}");
+        let script = json!({"turns": [
+            {"text": "run", "tool_calls": [
+                {"name": "bash", "input": {"command": format!("echo first {i}")}},
+                {"name": "bash", "input": {"command": "sleep 60"}}
+            ]},
+            {"text": "done"}
+        ]});
+        a.open(&id, script, None).await;
+        turns.push(a.turn(&id, "go"));
+    }
+    // The intents of the three sleeps are committed (the tools run only after that).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let open = audit_json(&url, &["calls"])
+            .into_iter()
+            .filter(|c| audited_command(c) == "sleep 60" && c["outcome"].is_null())
+            .count();
+        if open == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} of 3 sleeps had a durable intent"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    doomed.kill9();
+    drop(turns);
+    // From the other side: every call is in the store, and exactly the sleeps are in doubt.
+    let calls = audit_json(&url, &["calls"]);
+    let commands: Vec<String> = calls.iter().map(audited_command).collect();
+    for expected in [
+        "echo done on b",
+        "echo first 0",
+        "echo first 1",
+        "echo first 2",
+    ] {
+        let call = calls
+            .iter()
+            .find(|c| audited_command(c) == expected)
+            .unwrap_or_else(|| panic!("{expected} is not in the store: {commands:?}"));
+        assert_eq!(call["outcome"], "ok", "{call}");
+    }
+    let doubt = audit_json(&url, &["in-doubt"]);
+    assert_eq!(doubt.len(), 3, "{doubt:?}");
+    for call in &doubt {
+        assert_eq!(audited_command(call), "sleep 60", "{call}");
+        assert!(
+            call["session_id"].as_str().unwrap().starts_with("on-a-"),
+            "{call}"
+        );
+    }
+    // b still serves, and writes the same store.
+    let calls = one_session(&b, "after-kill", "echo still here").await;
+    assert_eq!(calls[0]["status"]["status"], "completed", "{calls}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !audit_json(&url, &["calls", "--session", "after-kill"])
+        .iter()
+        .any(|c| c["outcome"] == "ok")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "b's call after the kill never reached the store"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -6,8 +6,8 @@
 //! * [`MetricsHook`]: counts and latency percentiles per event, hook and tool, shared with the
 //!   runtime's own figures.
 //! * [`ContextDeduplicator`]: drops repeated contexts within one `<system-reminder>`.
-//! * [`AuditLog`]: a durable SQLite audit log of sessions, tool calls, permission decisions and
-//!   hook failures.
+//! * [`AuditLog`]: a durable audit log of sessions, tool calls, permission decisions and hook
+//!   failures, in SQLite or (feature `postgres`) PostgreSQL; [`AuditDb`] reads it.
 
 #[cfg(feature = "audit")]
 mod audit;
@@ -18,7 +18,8 @@ mod timing;
 
 #[cfg(feature = "audit")]
 pub use audit::{
-    AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRecord, DEFAULT_QUERY_LIMIT,
+    AuditBackend, AuditDb, AuditLog, AuditMode, AuditReport, CallRecord, SessionRecord,
+    DEFAULT_QUERY_LIMIT,
 };
 
 /// The audit log under the name seed 002 gives it.

@@ -6,6 +6,8 @@ pub mod http;
 pub mod model_server;
 #[cfg(feature = "nats")]
 pub mod nats;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 use std::sync::Arc;
 use std::time::Duration;

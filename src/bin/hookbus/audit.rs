@@ -1,7 +1,6 @@
-//! `hookbus audit`: reads an audit log.
+//! `hookbus audit`: reads an audit log, in a SQLite file or a PostgreSQL database.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -10,9 +9,9 @@ use hookbus::builtins::{AuditDb, CallRecord};
 /// Options of `hookbus audit`.
 #[derive(clap::Args)]
 pub struct AuditArgs {
-    /// The audit database (before or after the query).
-    #[arg(long, value_name = "FILE", global = true)]
-    db: Option<PathBuf>,
+    /// The audit database (before or after the query): a SQLite file, or a `postgres://` URL.
+    #[arg(long, value_name = "FILE|URL", global = true)]
+    db: Option<String>,
     /// `text` or `json`.
     #[arg(long, value_parser = ["text", "json"], default_value = "text", global = true)]
     format: String,
@@ -65,10 +64,14 @@ fn call_line(c: &CallRecord) -> String {
 
 /// Runs the query.
 pub fn run(args: AuditArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let path = args
+    let target = args
         .db
-        .ok_or("--db FILE is required: the audit database to read")?;
-    let db = AuditDb::open(&path)?;
+        .ok_or("--db FILE|URL is required: the audit database to read")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the tokio runtime: {e}"))?;
+    let db = runtime.block_on(AuditDb::connect(&target))?;
     let json = args.format == "json";
     let mut out = std::io::stdout().lock();
     match args.what {
@@ -80,9 +83,10 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 for s in sessions {
                     writeln!(
                         out,
-                        "{:<20} calls {:<5} ended: {}",
+                        "{:<20} calls {:<5} instance {:<4} ended: {}",
                         s.id,
                         s.calls,
+                        s.instance,
                         s.end_reason.as_deref().unwrap_or("(open or crashed)")
                     )?;
                 }
@@ -112,7 +116,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         What::Show { call } => match db.call(&call)? {
             None => {
-                return Err(format!("{}: no call `{call}`", path.display()).into());
+                return Err(format!("{}: no call `{call}`", db.target()).into());
             }
             Some(c) => {
                 if json {

@@ -438,9 +438,9 @@ fn print_summary(
 /// Options of the durable-audit crash helper.
 #[derive(clap::Args)]
 pub struct DurableChildArgs {
-    /// The audit database (durable mode).
+    /// The audit database (durable mode): a SQLite file, or a `postgres://` URL.
     #[arg(long)]
-    db: PathBuf,
+    db: String,
     /// The workspace.
     #[arg(long)]
     workspace: PathBuf,
@@ -476,9 +476,12 @@ impl Tool for Slow {
     }
 }
 
-/// Runs a durable-audit session of slow calls, printing `running <id>` as each tool starts.
+/// Runs a durable-audit session of slow calls, printing `instance <n>` (its log's instance in
+/// the store) first and `running <id>` as each tool starts.
 pub async fn durable_child(args: DurableChildArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let log = hookbus::builtins::AuditLog::open(&args.db, hookbus::builtins::AuditMode::Durable)?;
+    let log = hookbus::builtins::AuditLog::connect(&args.db, hookbus::builtins::AuditMode::Durable)
+        .await?;
+    say!("instance {}", log.instance());
     let mut provider = ScriptedProvider::new();
     for i in 0..args.calls {
         provider = provider.turn(ScriptTurn::text("next").call_with_id(

@@ -93,7 +93,7 @@ pub async fn serve_cmd(cmd: ServeCmd) -> Result<ExitCode> {
             } else {
                 AuditMode::BestEffort
             };
-            let log = AuditLog::open(std::path::Path::new(target), mode)?;
+            let log = AuditLog::connect(target, mode).await?;
             log.install(service.agent().bus()).await?;
             Some(log)
         }

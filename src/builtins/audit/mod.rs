@@ -1,36 +1,48 @@
-//! [`AuditLog`]: a SQLite audit log (WAL) of sessions, tool calls (request, final input,
-//! decision and who decided, outcome, output preview, timings), permission decisions with their
-//! source, hook failures, and session ends.
+//! [`AuditLog`]: an audit log of sessions, tool calls (request, final input, decision and who
+//! decided, outcome, output preview, timings), permission decisions with their source, hook
+//! failures, and session ends — in a SQLite file (WAL), or with the `postgres` feature in a
+//! PostgreSQL database, with the same schema and the same answers to [`AuditDb`]'s queries.
 //!
 //! One writer thread owns the connection and commits records in batches. In
 //! [`AuditMode::BestEffort`] (default) the log is an observer and records are written
 //! asynchronously; none is lost on a clean shutdown ([`AuditLog::close`] drains them). In
-//! [`AuditMode::Durable`] (seed 004) the intent of each tool call is committed with
-//! `synchronous=FULL` right *before* the tool runs, with the input that will run (after every
-//! hook, permission and `PermissionRequest` rewrite) beside the one requested, failing closed:
-//! no durable intent, no call; its outcome is committed before the call's Post event
-//! completes. After a crash, calls with an intent and no outcome are reported as in doubt
-//! ([`AuditDb::in_doubt`]) — never re-run.
+//! [`AuditMode::Durable`] (seed 004) the intent of each tool call is committed durably
+//! (SQLite `synchronous=FULL`, PostgreSQL `synchronous_commit=on`) right *before* the tool
+//! runs, with the input that will run (after every hook, permission and `PermissionRequest`
+//! rewrite) beside the one requested, failing closed: no durable intent, no call; its outcome
+//! is committed before the call's Post event completes. After a crash, calls with an intent
+//! and no outcome are reported as in doubt ([`AuditDb::in_doubt`]) — never re-run.
 //!
-//! Each call is a row of its own, keyed by (session, turn, `tool_use_id`, attempt): calls that
-//! share an id (within a turn: attempts 1, 2, …) never merge. A log it creates is mode 0600.
+//! Each open log is an *instance* of its store, numbered by the store ([`AuditLog::instance`]),
+//! so many logs — threads or processes — can write one store at once: sessions are keyed by
+//! (instance, id), and each call is a row of its own, keyed by (instance, session, turn,
+//! `tool_use_id`, attempt): calls that share an id (within a turn: attempts 1, 2, …) never
+//! merge, nor do two processes' sessions that share an id. A SQLite log it creates is mode 0600.
+//!
+//! The backends live in `sqlite.rs` and `postgres.rs` behind one trait (`store.rs`); the
+//! schema and its migrations (`schema.rs`), the writes (`writer.rs`) and the queries
+//! (`read.rs`) are written once for both.
 
+#[cfg(feature = "postgres")]
+mod postgres;
 mod read;
 mod schema;
+mod sqlite;
+mod store;
 mod writer;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 pub use read::{AuditDb, CallRecord, SessionRecord, DEFAULT_QUERY_LIMIT};
+use store::{AuditStore, Target};
 use writer::{Record, WriterMsg};
 
 use crate::model::action::{HookResult, PostToolUseAction, PreToolUseAction};
@@ -49,10 +61,12 @@ const PREVIEW: usize = 200;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AuditMode {
-    /// An observer; records are written asynchronously (`synchronous=NORMAL`).
+    /// An observer; records are written asynchronously (SQLite `synchronous=NORMAL`,
+    /// PostgreSQL `synchronous_commit=off`).
     #[default]
     BestEffort,
-    /// Intents are committed (`synchronous=FULL`) before each tool runs; fail-closed.
+    /// Intents are committed durably (SQLite `synchronous=FULL`, PostgreSQL
+    /// `synchronous_commit=on`) before each tool runs; fail-closed.
     Durable,
 }
 
@@ -65,9 +79,33 @@ pub struct AuditReport {
     pub failed: u64,
 }
 
+/// Where an audit log is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditBackend {
+    /// A SQLite file.
+    Sqlite,
+    /// A PostgreSQL database (feature `postgres`).
+    Postgres,
+}
+
+impl AuditBackend {
+    /// The backend a target string names: a `postgres://` or `postgresql://` URL is
+    /// PostgreSQL, anything else a SQLite path.
+    pub fn of(target: &str) -> Self {
+        match Target::parse(target) {
+            Target::Sqlite(_) => Self::Sqlite,
+            Target::Postgres(_) => Self::Postgres,
+        }
+    }
+}
+
 struct Inner {
-    path: PathBuf,
+    /// The file, or the URL without its password.
+    target: String,
+    backend: AuditBackend,
     mode: AuditMode,
+    instance: i64,
     tx: Mutex<Option<mpsc::Sender<WriterMsg>>>,
     written: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
@@ -83,8 +121,9 @@ pub struct AuditLog {
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditLog")
-            .field("path", &self.inner.path)
+            .field("target", &self.inner.target)
             .field("mode", &self.inner.mode)
+            .field("instance", &self.inner.instance)
             .finish()
     }
 }
@@ -93,46 +132,111 @@ fn now_ms() -> u64 {
     crate::model::event::now_ms()
 }
 
-fn audit_error(path: &Path, message: impl std::fmt::Display) -> Error {
+/// The crate's error for the store `target` (a path, or a URL without its password).
+fn audit_error(target: &str, message: impl std::fmt::Display) -> Error {
     Error::Audit {
-        path: path.display().to_string(),
+        path: target.to_owned(),
         message: message.to_string(),
     }
 }
 
+/// How errors show the SQLite file `path`; a PostgreSQL URL given as a path is an error
+/// pointing to `connect` (and shown without its password).
+fn sqlite_target(path: &Path) -> Result<String, Error> {
+    match path.to_str().map(Target::parse) {
+        Some(Target::Postgres(url)) => Err(audit_error(
+            &store::redact_url(&url),
+            store::StoreError::UrlAsPath,
+        )),
+        _ => Ok(path.display().to_string()),
+    }
+}
+
 impl AuditLog {
-    /// Opens (creating it and its schema on first use, migrating older versions) the log at
-    /// `path` and starts its writer.
+    /// Opens (creating it and its schema on first use, migrating older versions) the SQLite
+    /// log at `path` and starts its writer.
     ///
     /// A log it creates is mode 0600 (so are its `-wal` and `-shm` files, which SQLite creates
-    /// with the database's mode); an existing file keeps its mode.
+    /// with the database's mode); an existing file keeps its mode. Many logs, in this process
+    /// or others, may open one file at once: migrations and write batches take SQLite's write
+    /// lock and wait for each other (up to 5 s).
     pub fn open(path: impl AsRef<Path>, mode: AuditMode) -> Result<Self, Error> {
-        let path = path.as_ref().to_path_buf();
-        create_private(&path).map_err(|e| audit_error(&path, e))?;
-        let mut conn = Connection::open(&path).map_err(|e| audit_error(&path, e))?;
-        conn.busy_timeout(Duration::from_secs(5))
-            .map_err(|e| audit_error(&path, e))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| audit_error(&path, format!("cannot use it as a database: {e}")))?;
-        let sync = match mode {
-            AuditMode::Durable => "FULL",
-            AuditMode::BestEffort => "NORMAL",
-        };
-        conn.pragma_update(None, "synchronous", sync)
-            .map_err(|e| audit_error(&path, e))?;
-        schema::migrate(&mut conn).map_err(|e| audit_error(&path, e))?;
+        let path = path.as_ref();
+        let shown = sqlite_target(path)?;
+        let store =
+            sqlite::SqliteStore::open_write(path, mode).map_err(|e| audit_error(&shown, e))?;
+        Self::start(Box::new(store), shown, AuditBackend::Sqlite, mode)
+    }
+
+    /// Opens the log `target` names and starts its writer: a `postgres://` or `postgresql://`
+    /// URL is a PostgreSQL database (feature `postgres`; without it, an error saying so),
+    /// anything else the path of a SQLite file ([`open`](Self::open)).
+    ///
+    /// On PostgreSQL the schema is created or migrated under an advisory lock, so processes
+    /// opening one database at once wait for each other; durable mode commits with
+    /// `synchronous_commit=on`, best-effort mode with `off`. A write that finds the
+    /// connection lost reconnects first. Errors show the URL without its password. The
+    /// connection is plain (no TLS).
+    pub async fn connect(target: &str, mode: AuditMode) -> Result<Self, Error> {
+        match Target::parse(target) {
+            Target::Sqlite(path) => Self::open(path, mode),
+            Target::Postgres(url) => Self::connect_postgres(url, mode).await,
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn connect_postgres(url: String, mode: AuditMode) -> Result<Self, Error> {
+        let shown = store::redact_url(&url);
+        let opened = shown.clone();
+        let opening = tokio::task::spawn_blocking(move || {
+            let store = postgres::PgStore::connect(&url, postgres::Role::Write(mode))
+                .map_err(|e| audit_error(&opened, e))?;
+            Self::start(Box::new(store), opened, AuditBackend::Postgres, mode)
+        });
+        opening
+            .await
+            .map_err(|e| audit_error(&shown, format!("opening stopped: {e}")))?
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    async fn connect_postgres(url: String, _: AuditMode) -> Result<Self, Error> {
+        Err(audit_error(
+            &store::redact_url(&url),
+            store::StoreError::NoPostgres,
+        ))
+    }
+
+    /// Migrates the store just opened, registers this log as an instance of it, and starts
+    /// the writer thread.
+    fn start(
+        mut store: Box<dyn AuditStore>,
+        target: String,
+        backend: AuditBackend,
+        mode: AuditMode,
+    ) -> Result<Self, Error> {
+        let instance = schema::migrate(&mut *store, now_ms())
+            .and_then(|()| {
+                let mode_name = match mode {
+                    AuditMode::Durable => "durable",
+                    AuditMode::BestEffort => "best_effort",
+                };
+                writer::register_instance(&mut *store, mode_name, now_ms())
+            })
+            .map_err(|e| audit_error(&target, e))?;
         let (tx, rx) = mpsc::channel();
         let written = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
         let (w, f) = (written.clone(), failed.clone());
         std::thread::Builder::new()
             .name("hookbus-audit".into())
-            .spawn(move || writer::run(conn, rx, w, f))
-            .map_err(|e| audit_error(&path, format!("cannot start the writer: {e}")))?;
+            .spawn(move || writer::run(store, instance, rx, w, f))
+            .map_err(|e| audit_error(&target, format!("cannot start the writer: {e}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
-                path,
+                target,
+                backend,
                 mode,
+                instance,
                 tx: Mutex::new(Some(tx)),
                 written,
                 failed,
@@ -140,9 +244,25 @@ impl AuditLog {
         })
     }
 
-    /// The database file.
+    /// The database file (for PostgreSQL, the URL without its password, as a path).
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        Path::new(&self.inner.target)
+    }
+
+    /// What was opened: the file, or the URL without its password.
+    pub fn target(&self) -> &str {
+        &self.inner.target
+    }
+
+    /// Where the log is kept.
+    pub fn backend(&self) -> AuditBackend {
+        self.inner.backend
+    }
+
+    /// This log's instance number in its store: given by the store when the log opened, never
+    /// the same for two logs of one store; it keys the sessions and calls this log writes.
+    pub fn instance(&self) -> i64 {
+        self.inner.instance
     }
 
     /// The mode.
@@ -205,21 +325,6 @@ impl AuditLog {
             written: self.inner.written.load(Ordering::Relaxed),
             failed: self.inner.failed.load(Ordering::Relaxed),
         }
-    }
-}
-
-/// Creates `path` empty with mode 0600 unless it exists.
-fn create_private(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
     }
 }
 
@@ -438,5 +543,43 @@ impl Hook for IntentGate {
             .await
             .map_err(HookError::new)?;
         Ok(PostToolUseAction::keep().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_postgres_url_given_to_open_points_to_connect() {
+        let url = "postgres://audit:s3cret@127.0.0.1:1/audit";
+        let err = AuditLog::open(url, AuditMode::Durable)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("connect") && !err.contains("s3cret"), "{err}");
+        let err = AuditDb::open(url).unwrap_err().to_string();
+        assert!(err.contains("connect") && !err.contains("s3cret"), "{err}");
+        assert!(!Path::new("postgres:").exists(), "no file was made");
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[tokio::test]
+    async fn a_postgres_url_without_the_feature_is_an_error_naming_the_feature() {
+        let url = "postgresql://audit:s3cret@127.0.0.1:1/audit";
+        let err = AuditLog::connect(url, AuditMode::Durable)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("feature `postgres`"), "{err}");
+        assert!(
+            err.contains("postgresql://audit:***@127.0.0.1:1/audit"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "{err}");
+        let err = AuditDb::connect(url).await.unwrap_err().to_string();
+        assert!(
+            err.contains("feature `postgres`") && !err.contains("s3cret"),
+            "{err}"
+        );
     }
 }

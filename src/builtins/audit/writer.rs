@@ -1,11 +1,13 @@
-//! The writer actor: one thread that owns the connection and commits records in batches.
+//! The writer actor: one thread that owns the store's connection and commits records in
+//! batches; and how each record is written, in SQL every backend runs alike.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
+
+use super::store::{int, required, AuditStore, Param, StoreError};
 
 /// Most records committed in one transaction.
 const BATCH: usize = 512;
@@ -116,8 +118,9 @@ pub(crate) enum WriterMsg {
     Close(oneshot::Sender<()>),
 }
 
-/// Which call: a row is one attempt of it.
+/// Which call: a row is one attempt of it, in one instance.
 struct Call<'a> {
+    instance: i64,
     session_id: &'a str,
     turn: u32,
     tool_use_id: &'a str,
@@ -125,201 +128,320 @@ struct Call<'a> {
 
 /// A new row for `call`: its next attempt.
 fn new_call(
-    conn: &Connection,
+    store: &mut dyn AuditStore,
     call: &Call<'_>,
     tool_name: &str,
     request_input: &str,
     at_ms: u64,
-) -> rusqlite::Result<i64> {
-    conn.execute(
-        "INSERT INTO tool_calls (session_id, turn, tool_use_id, attempt, tool_name, request_input, requested_ms)
-         VALUES (?1, ?2, ?3,
+) -> Result<i64, StoreError> {
+    let rows = store.query(
+        "INSERT INTO tool_calls (instance, session_id, turn, tool_use_id, attempt, tool_name,
+                                 request_input, requested_ms)
+         VALUES ($1, $2, $3, $4,
                  (SELECT COALESCE(MAX(attempt), 0) + 1 FROM tool_calls
-                  WHERE session_id = ?1 AND turn = ?2 AND tool_use_id = ?3),
-                 ?4, ?5, ?6)",
-        params![call.session_id, call.turn, call.tool_use_id, tool_name, request_input, at_ms as i64],
+                  WHERE instance = $1 AND session_id = $2 AND turn = $3 AND tool_use_id = $4),
+                 $5, $6, $7)
+         RETURNING id",
+        &[
+            call.instance.into(),
+            call.session_id.into(),
+            call.turn.into(),
+            call.tool_use_id.into(),
+            tool_name.into(),
+            request_input.into(),
+            at_ms.into(),
+        ],
     )?;
-    Ok(conn.last_insert_rowid())
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::Sql("an insert returned no id".into()))?;
+    required(int(row, 0), 0, "the new row's id")
 }
 
 /// The row a later record of `call` belongs to: among its attempts without an outcome (and,
 /// for an intent, without an intent), the first whose requested or final input is one of
 /// `inputs`, else the oldest.
 fn open_call(
-    conn: &Connection,
+    store: &mut dyn AuditStore,
     call: &Call<'_>,
     inputs: [&String; 2],
     for_intent: bool,
-) -> rusqlite::Result<Option<i64>> {
-    let sql = format!(
-        "SELECT id FROM tool_calls
-         WHERE session_id = ?1 AND turn = ?2 AND tool_use_id = ?3 AND outcome IS NULL {}
-         ORDER BY (request_input IS ?4 OR final_input IS ?4
-                   OR request_input IS ?5 OR final_input IS ?5) DESC, attempt
-         LIMIT 1",
-        if for_intent {
-            "AND intent_ms IS NULL"
-        } else {
-            ""
-        }
-    );
-    conn.query_row(
-        &sql,
-        params![
-            call.session_id,
-            call.turn,
-            call.tool_use_id,
-            inputs[0],
-            inputs[1]
+) -> Result<Option<i64>, StoreError> {
+    const OPEN: &str = "SELECT id FROM tool_calls
+         WHERE instance = $1 AND session_id = $2 AND turn = $3 AND tool_use_id = $4
+               AND outcome IS NULL
+         ORDER BY (request_input IS NOT DISTINCT FROM $5 OR final_input IS NOT DISTINCT FROM $5
+                   OR request_input IS NOT DISTINCT FROM $6
+                   OR final_input IS NOT DISTINCT FROM $6) DESC, attempt
+         LIMIT 1";
+    const OPEN_FOR_INTENT: &str = "SELECT id FROM tool_calls
+         WHERE instance = $1 AND session_id = $2 AND turn = $3 AND tool_use_id = $4
+               AND outcome IS NULL AND intent_ms IS NULL
+         ORDER BY (request_input IS NOT DISTINCT FROM $5 OR final_input IS NOT DISTINCT FROM $5
+                   OR request_input IS NOT DISTINCT FROM $6
+                   OR final_input IS NOT DISTINCT FROM $6) DESC, attempt
+         LIMIT 1";
+    let rows = store.query(
+        if for_intent { OPEN_FOR_INTENT } else { OPEN },
+        &[
+            call.instance.into(),
+            call.session_id.into(),
+            call.turn.into(),
+            call.tool_use_id.into(),
+            inputs[0].into(),
+            inputs[1].into(),
         ],
-        |r| r.get(0),
-    )
-    .optional()
+    )?;
+    match rows.first() {
+        Some(row) => Ok(Some(required(int(row, 0), 0, "a call's id")?)),
+        None => Ok(None),
+    }
 }
 
-/// Writes one record, by its kind.
-fn write(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
+/// Writes one record of `instance`, by its kind.
+fn write(store: &mut dyn AuditStore, instance: i64, record: &Record) -> Result<(), StoreError> {
     match record {
-        Record::SessionStart(r) => write_session_start(conn, r),
-        Record::SessionEnd(r) => write_session_end(conn, r),
-        Record::Request(r) => write_request(conn, r),
-        Record::Intent(r) => write_intent(conn, r),
-        Record::Denied(r) => write_denied(conn, r),
-        Record::Outcome(r) => write_outcome(conn, r),
-        Record::HookFailure(r) => write_hook_failure(conn, r),
+        Record::SessionStart(r) => write_session_start(store, instance, r),
+        Record::SessionEnd(r) => write_session_end(store, instance, r),
+        Record::Request(r) => write_request(store, instance, r),
+        Record::Intent(r) => write_intent(store, instance, r),
+        Record::Denied(r) => write_denied(store, instance, r),
+        Record::Outcome(r) => write_outcome(store, instance, r),
+        Record::HookFailure(r) => write_hook_failure(store, instance, r),
     }
 }
 
 /// Inserts the session, or marks an already known one started (keeping its first start).
-fn write_session_start(conn: &Connection, r: &SessionStart) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT INTO sessions (id, parent_id, cwd, started_ms) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (id) DO UPDATE SET started_ms = COALESCE(started_ms, excluded.started_ms)",
-        params![r.session_id, r.parent_id, r.cwd, r.at_ms as i64],
+fn write_session_start(
+    store: &mut dyn AuditStore,
+    instance: i64,
+    r: &SessionStart,
+) -> Result<(), StoreError> {
+    store.execute(
+        "INSERT INTO sessions (instance, id, parent_id, cwd, started_ms) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (instance, id)
+         DO UPDATE SET started_ms = COALESCE(sessions.started_ms, excluded.started_ms)",
+        &[
+            instance.into(),
+            (&r.session_id).into(),
+            r.parent_id.as_ref().into(),
+            (&r.cwd).into(),
+            r.at_ms.into(),
+        ],
     )?;
     Ok(())
 }
 
 /// Sets the session's end time and reason (inserting it if unknown).
-fn write_session_end(conn: &Connection, r: &SessionEnd) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT INTO sessions (id, ended_ms, end_reason) VALUES (?1, ?2, ?3)
-         ON CONFLICT (id) DO UPDATE SET ended_ms = excluded.ended_ms, end_reason = excluded.end_reason",
-        params![r.session_id, r.at_ms as i64, r.reason],
+fn write_session_end(
+    store: &mut dyn AuditStore,
+    instance: i64,
+    r: &SessionEnd,
+) -> Result<(), StoreError> {
+    store.execute(
+        "INSERT INTO sessions (instance, id, ended_ms, end_reason) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (instance, id)
+         DO UPDATE SET ended_ms = excluded.ended_ms, end_reason = excluded.end_reason",
+        &[
+            instance.into(),
+            (&r.session_id).into(),
+            r.at_ms.into(),
+            (&r.reason).into(),
+        ],
     )?;
     Ok(())
 }
 
 /// Inserts the call's next attempt.
-fn write_request(conn: &Connection, r: &Request) -> rusqlite::Result<()> {
+fn write_request(store: &mut dyn AuditStore, instance: i64, r: &Request) -> Result<(), StoreError> {
     let call = Call {
+        instance,
         session_id: &r.session_id,
         turn: r.turn,
         tool_use_id: &r.tool_use_id,
     };
-    new_call(conn, &call, &r.tool_name, &r.input, r.at_ms)?;
+    new_call(store, &call, &r.tool_name, &r.input, r.at_ms)?;
     Ok(())
 }
 
 /// Sets the intent time and the input about to run on the call's open row (or a new one).
-fn write_intent(conn: &Connection, r: &Intent) -> rusqlite::Result<()> {
+fn write_intent(store: &mut dyn AuditStore, instance: i64, r: &Intent) -> Result<(), StoreError> {
     let call = Call {
+        instance,
         session_id: &r.session_id,
         turn: r.turn,
         tool_use_id: &r.tool_use_id,
     };
-    let id = match open_call(conn, &call, [&r.requested, &r.input], true)? {
+    let id = match open_call(store, &call, [&r.requested, &r.input], true)? {
         Some(id) => id,
-        None => new_call(conn, &call, &r.tool_name, &r.requested, r.at_ms)?,
+        None => new_call(store, &call, &r.tool_name, &r.requested, r.at_ms)?,
     };
-    conn.execute(
-        "UPDATE tool_calls SET intent_ms = ?2, final_input = ?3 WHERE id = ?1",
-        params![id, r.at_ms as i64, r.input],
+    store.execute(
+        "UPDATE tool_calls SET intent_ms = $2, final_input = $3 WHERE id = $1",
+        &[id.into(), r.at_ms.into(), (&r.input).into()],
     )?;
     Ok(())
 }
 
 /// Closes the call's open row (or a new one) as not run, and logs the deny decision.
-fn write_denied(conn: &Connection, r: &Denied) -> rusqlite::Result<()> {
+fn write_denied(store: &mut dyn AuditStore, instance: i64, r: &Denied) -> Result<(), StoreError> {
     let call = Call {
+        instance,
         session_id: &r.session_id,
         turn: r.turn,
         tool_use_id: &r.tool_use_id,
     };
-    let id = match open_call(conn, &call, [&r.input, &r.input], false)? {
+    let id = match open_call(store, &call, [&r.input, &r.input], false)? {
         Some(id) => id,
-        None => new_call(conn, &call, &r.tool_name, &r.input, r.at_ms)?,
+        None => new_call(store, &call, &r.tool_name, &r.input, r.at_ms)?,
     };
-    conn.execute(
-        "UPDATE tool_calls SET decision = ?2, source = ?3, decided_by = ?4, reason = ?5,
-             final_input = ?6, outcome = 'not_run', finished_ms = ?7
-         WHERE id = ?1",
-        params![
-            id,
-            r.decision,
-            r.source,
-            r.decided_by,
-            r.reason,
-            r.input,
-            r.at_ms as i64
+    store.execute(
+        "UPDATE tool_calls SET decision = $2, source = $3, decided_by = $4, reason = $5,
+             final_input = $6, outcome = 'not_run', finished_ms = $7
+         WHERE id = $1",
+        &[
+            id.into(),
+            r.decision.into(),
+            (&r.source).into(),
+            r.decided_by.as_ref().into(),
+            (&r.reason).into(),
+            (&r.input).into(),
+            r.at_ms.into(),
         ],
     )?;
-    conn.execute(
-        "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, decided_by, reason, at_ms, call_id)
-         VALUES (?1, ?2, ?3, 'deny', ?4, ?5, ?6, ?7, ?8)",
-        params![r.session_id, r.tool_use_id, r.tool_name, r.source, r.decided_by, r.reason, r.at_ms as i64, id],
+    store.execute(
+        "INSERT INTO permission_decisions (instance, session_id, tool_use_id, tool_name, decision,
+                                           source, decided_by, reason, at_ms, call_id)
+         VALUES ($1, $2, $3, $4, 'deny', $5, $6, $7, $8, $9)",
+        &[
+            instance.into(),
+            (&r.session_id).into(),
+            (&r.tool_use_id).into(),
+            (&r.tool_name).into(),
+            (&r.source).into(),
+            r.decided_by.as_ref().into(),
+            (&r.reason).into(),
+            r.at_ms.into(),
+            id.into(),
+        ],
     )?;
     Ok(())
 }
 
 /// Sets the outcome on the call's open row (or a new one), and logs the allow decision.
-fn write_outcome(conn: &Connection, r: &Outcome) -> rusqlite::Result<()> {
+fn write_outcome(store: &mut dyn AuditStore, instance: i64, r: &Outcome) -> Result<(), StoreError> {
     let call = Call {
+        instance,
         session_id: &r.session_id,
         turn: r.turn,
         tool_use_id: &r.tool_use_id,
     };
-    let id = match open_call(conn, &call, [&r.requested, &r.final_input], false)? {
+    let id = match open_call(store, &call, [&r.requested, &r.final_input], false)? {
         Some(id) => id,
-        None => new_call(conn, &call, &r.tool_name, &r.requested, r.at_ms)?,
+        None => new_call(store, &call, &r.tool_name, &r.requested, r.at_ms)?,
     };
-    conn.execute(
-        "UPDATE tool_calls SET final_input = ?2, decision = COALESCE(decision, 'allow'),
-             outcome = ?3, is_error = ?4, output_preview = ?5, finished_ms = ?6,
-             duration_ms = ?7
-         WHERE id = ?1",
-        params![
-            id,
-            r.final_input,
-            if r.is_error { "error" } else { "ok" },
-            r.is_error as i64,
-            r.preview,
-            r.at_ms as i64,
-            r.duration_ms as i64
+    store.execute(
+        "UPDATE tool_calls SET final_input = $2, decision = COALESCE(decision, 'allow'),
+             outcome = $3, is_error = $4, output_preview = $5, finished_ms = $6,
+             duration_ms = $7
+         WHERE id = $1",
+        &[
+            id.into(),
+            (&r.final_input).into(),
+            (if r.is_error { "error" } else { "ok" }).into(),
+            i64::from(r.is_error).into(),
+            (&r.preview).into(),
+            r.at_ms.into(),
+            r.duration_ms.into(),
         ],
     )?;
-    conn.execute(
-        "INSERT INTO permission_decisions (session_id, tool_use_id, tool_name, decision, source, at_ms, call_id)
-         VALUES (?1, ?2, ?3, 'allow', NULL, ?4, ?5)",
-        params![r.session_id, r.tool_use_id, r.tool_name, r.at_ms as i64, id],
+    store.execute(
+        "INSERT INTO permission_decisions (instance, session_id, tool_use_id, tool_name, decision,
+                                           source, at_ms, call_id)
+         VALUES ($1, $2, $3, $4, 'allow', NULL, $5, $6)",
+        &[
+            instance.into(),
+            (&r.session_id).into(),
+            (&r.tool_use_id).into(),
+            (&r.tool_name).into(),
+            r.at_ms.into(),
+            id.into(),
+        ],
     )?;
     Ok(())
 }
 
 /// Inserts the hook failure.
-fn write_hook_failure(conn: &Connection, r: &HookFailure) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT INTO hook_failures (session_id, hook, event, status, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![r.session_id, r.hook, r.event, r.status, r.at_ms as i64],
+fn write_hook_failure(
+    store: &mut dyn AuditStore,
+    instance: i64,
+    r: &HookFailure,
+) -> Result<(), StoreError> {
+    store.execute(
+        "INSERT INTO hook_failures (instance, session_id, hook, event, status, at_ms)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            instance.into(),
+            (&r.session_id).into(),
+            (&r.hook).into(),
+            (&r.event).into(),
+            (&r.status).into(),
+            r.at_ms.into(),
+        ],
     )?;
     Ok(())
 }
 
+/// Registers a new writer of the store and returns its instance id, which keys everything it
+/// writes.
+pub(crate) fn register_instance(
+    store: &mut dyn AuditStore,
+    mode: &str,
+    at_ms: u64,
+) -> Result<i64, StoreError> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned());
+    let rows = store.query(
+        "INSERT INTO instances (pid, host, mode, started_ms) VALUES ($1, $2, $3, $4) RETURNING id",
+        &[
+            std::process::id().into(),
+            Param::Text(host),
+            mode.into(),
+            at_ms.into(),
+        ],
+    )?;
+    let row = rows
+        .first()
+        .ok_or_else(|| StoreError::Sql("registering the writer returned no id".into()))?;
+    required(int(row, 0), 0, "the instance id")
+}
+
+/// Writes `batch` in one transaction and commits it (durably, in durable mode: the store was
+/// opened so); nothing of it is kept when any record fails.
+pub(crate) fn write_batch(
+    store: &mut dyn AuditStore,
+    instance: i64,
+    batch: &[&Record],
+) -> Result<(), StoreError> {
+    store.ensure_connected()?;
+    store.begin_write()?;
+    let result = batch
+        .iter()
+        .try_for_each(|record| write(store, instance, record))
+        .and_then(|()| store.batch("COMMIT"));
+    if result.is_err() {
+        let _ = store.batch("ROLLBACK");
+    }
+    result
+}
+
 /// The writer loop: takes what is queued (up to [`BATCH`]), writes it in one transaction,
 /// commits, then acknowledges. Runs on its own thread; ends on `Close` or when every sender is
-/// gone, after committing what it holds.
+/// gone, after committing what it holds, and marks its instance ended.
 pub(crate) fn run(
-    mut conn: Connection,
+    mut store: Box<dyn AuditStore>,
+    instance: i64,
     rx: mpsc::Receiver<WriterMsg>,
     written: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
@@ -342,13 +464,8 @@ pub(crate) fn run(
         if batch.is_empty() {
             continue;
         }
-        let result = (|| -> rusqlite::Result<()> {
-            let tx = conn.transaction()?;
-            for (record, _) in &batch {
-                write(&tx, record)?;
-            }
-            tx.commit()
-        })();
+        let records: Vec<&Record> = batch.iter().map(|(r, _)| &**r).collect();
+        let result = write_batch(&mut *store, instance, &records);
         match &result {
             Ok(()) => {
                 written.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -364,7 +481,11 @@ pub(crate) fn run(
             }
         }
     }
-    drop(conn);
+    let _ = store.execute(
+        "UPDATE instances SET ended_ms = $1 WHERE id = $2",
+        &[crate::model::event::now_ms().into(), instance.into()],
+    );
+    drop(store);
     if let Some(done) = closing {
         let _ = done.send(());
     }
