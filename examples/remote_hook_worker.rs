@@ -3,15 +3,13 @@
 //!
 //! ```text
 //! nats-server -js &
-//! cargo run --example remote_hook_worker -- nats://127.0.0.1:4222
+//! cargo run --example remote_hook_worker -- --nats nats://127.0.0.1:4222
 //! hookbus serve --nats nats://127.0.0.1:4222 --instance a \
 //!   --remote-hook 'no-secrets,events=PreToolUse,tools=bash|Bash,timeout=2s,failure=closed'
 //! ```
 //!
 //! The instance registers a remote hook of the same name; the runtime keeps its rules: a call
 //! that takes more than 2 s, or finds no worker, fails closed (the tool does not run).
-
-use std::sync::Arc;
 
 use hookbus::nats::{connect, serve_hook};
 use hookbus::{
@@ -46,11 +44,15 @@ impl Hook for NoSecrets {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "nats://127.0.0.1:4222".into());
+    // `--nats URL`, or the URL alone, or NATS_URL.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let url = match args.as_slice() {
+        [flag, url, ..] if flag == "--nats" => url.clone(),
+        [url, ..] => url.clone(),
+        [] => std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into()),
+    };
     let client = connect(&url, "no-secrets-worker").await?;
-    let worker = serve_hook(client, Arc::new(NoSecrets)).await?;
+    let worker = serve_hook(client, NoSecrets).await?;
     println!("serving no-secrets on {} (Ctrl-C stops)", worker.subject());
     tokio::signal::ctrl_c().await?;
     worker.stop().await;

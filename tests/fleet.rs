@@ -27,9 +27,13 @@ struct Proc {
 
 impl Proc {
     fn spawn(args: &[&str]) -> Proc {
+        Self::spawn_with_token(args, TOKEN)
+    }
+
+    fn spawn_with_token(args: &[&str], token: &str) -> Proc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hookbus"))
             .args(args)
-            .env("HOOKBUS_TOKEN", TOKEN)
+            .env("HOOKBUS_TOKEN", token)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -268,15 +272,21 @@ async fn a_thousand_sessions_on_two_instances_are_decided_by_remote_workers_and_
 
     const SESSIONS: usize = 1000;
     let svcs = [&a, &b];
-    let results: Vec<(usize, Value)> = futures_util::stream::iter(0..SESSIONS)
+    let local = &local;
+    let results: Vec<(usize, Value, Value)> = futures_util::stream::iter(0..SESSIONS)
         .map(|i| {
             let svc = svcs[i % 2];
-            async move { (i, one_session(svc, &format!("s{i}"), &command_of(i)).await) }
+            async move {
+                let command = command_of(i);
+                let remote = one_session(svc, &format!("s{i}"), &command).await;
+                let in_process = one_session(local, &format!("ref{i}"), &command).await;
+                (i, remote, in_process)
+            }
         })
         .buffer_unordered(32)
         .collect()
         .await;
-    for (i, calls) in &results {
+    for (i, calls, expected) in &results {
         let forbidden = i.is_multiple_of(5);
         let status = calls[0]["status"]["status"].as_str().unwrap();
         if forbidden {
@@ -288,13 +298,10 @@ async fn a_thousand_sessions_on_two_instances_are_decided_by_remote_workers_and_
             assert_eq!(status, "completed", "s{i}: {calls}");
             assert!(reminders(calls).contains("policy checked"), "s{i}: {calls}");
         }
-        if *i < 40 {
-            let expected = one_session(&local, &format!("ref{i}"), &command_of(*i)).await;
-            assert_eq!(
-                calls, &expected,
-                "s{i}: the remote fold differs from the in-process one"
-            );
-        }
+        assert_eq!(
+            calls, expected,
+            "s{i}: the remote fold differs from the in-process one"
+        );
     }
     check_observed(&watcher.lines, SESSIONS);
 }
@@ -452,6 +459,76 @@ async fn an_approval_raised_on_one_instance_is_answered_through_another() {
         .post("/approvals/zz:1", json!({"decision": "allow"}))
         .await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_of_the_same_name_with_another_token_is_another_identity_in_the_fleet() {
+    let Some(nats) = NatsServer::start() else {
+        return;
+    };
+    let files = fleet_files("0");
+    let dir = files.path();
+    let (_a, a) = instance(&nats, "a", dir, &[]);
+    // c's primary identity is also `operator`, with its own token.
+    let other_token = "a-different-operator-token-0123456789";
+    let c_proc = Proc::spawn_with_token(
+        &[
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--nats",
+            &nats.url,
+            "--instance",
+            "c",
+        ],
+        other_token,
+    );
+    let line = c_proc.wait_line("hookbus service listening on http://");
+    c_proc.wait_line("fleet instance");
+    let c = Svc::remote(line.rsplit('/').next().unwrap().parse().unwrap()).as_token(other_token);
+    let script = json!({"turns": [
+        {"text": "run", "tool_calls": [{"name": "bash", "input": {"command": "touch x"}}]},
+        {"text": "done"}
+    ]});
+    a.open("asks", script, None).await;
+    let _turn = a.turn("asks", "go");
+    let id = a.wait_for_approval().await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // c heard of it (its announcement had time to arrive), and neither lists nor answers it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(c.approvals().await.is_empty());
+    let (status, _) = c
+        .post(&format!("/approvals/{id}"), json!({"decision": "allow"}))
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(a.approvals().await.len(), 1, "still pending on a");
+}
+
+#[test]
+fn a_second_live_instance_of_the_same_name_is_refused() {
+    let Some(nats) = NatsServer::start() else {
+        return;
+    };
+    let files = fleet_files("0");
+    let (_first, _) = instance(&nats, "twin", files.path(), &[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_hookbus"))
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--nats",
+            &nats.url,
+            "--instance",
+            "twin",
+        ])
+        .env("HOOKBUS_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"twin\" is in use"), "{err}");
 }
 
 #[test]

@@ -86,11 +86,7 @@ async fn remote_hooks_fold_exactly_as_the_same_hooks_in_process() {
     // Two workers for each hook: a queue group shares the calls.
     let mut workers = Vec::new();
     for hook in [&first, &second, &first, &second] {
-        workers.push(
-            serve_hook(nats.client().await, Arc::new(hook.clone()))
-                .await
-                .unwrap(),
-        );
+        workers.push(serve_hook(nats.client().await, hook.clone()).await.unwrap());
     }
     let remote = Bus::new();
     let client = nats.client().await;
@@ -152,10 +148,12 @@ async fn remote_hooks_fold_exactly_as_the_same_hooks_in_process() {
     );
 }
 
-/// A hook that waits until cancelled, and records that it saw the cancellation.
+/// A hook that waits until cancelled, and records that it started and saw the cancellation.
 #[derive(Clone, Default)]
 struct Hangs {
+    started: Arc<AtomicUsize>,
     cancelled: Arc<AtomicUsize>,
+    one_at_a_time: bool,
 }
 
 #[async_trait]
@@ -163,7 +161,16 @@ impl Hook for Hangs {
     fn name(&self) -> &str {
         "hangs"
     }
+    fn options(&self) -> HookOptions {
+        let options = HookOptions::new();
+        if self.one_at_a_time {
+            options.max_concurrency(1)
+        } else {
+            options
+        }
+    }
     async fn pre_tool_use(&self, cx: &HookCx, _: &PreToolUse) -> HookResult<PreToolUseAction> {
+        self.started.fetch_add(1, Ordering::SeqCst);
         cx.cancellation().cancelled().await;
         self.cancelled.fetch_add(1, Ordering::SeqCst);
         Ok(PreToolUseAction::allow().into())
@@ -176,7 +183,7 @@ async fn a_timed_out_remote_call_follows_its_failure_policy_and_is_cancelled_on_
         return;
     };
     let hangs = Hangs::default();
-    let _worker = serve_hook(nats.client().await, Arc::new(hangs.clone()))
+    let _worker = serve_hook(nats.client().await, hangs.clone())
         .await
         .unwrap();
     let client = nats.client().await;
@@ -222,9 +229,7 @@ async fn no_worker_and_a_panicking_worker_are_failures_under_the_policy() {
     let Some(nats) = NatsServer::start() else {
         return;
     };
-    let _worker = serve_hook(nats.client().await, Arc::new(Panics))
-        .await
-        .unwrap();
+    let _worker = serve_hook(nats.client().await, Panics).await.unwrap();
     let client = nats.client().await;
     let bus = Bus::new();
     bus.register(RemoteHook::new(
@@ -306,7 +311,7 @@ async fn events_reach_a_durable_observer_in_order_and_a_restart_resumes_without_
             follow_events(&client, &stream, &options, |f| {
                 seen.lock()
                     .push((f.envelope.session_id.clone(), f.envelope.seq));
-                std::future::ready(())
+                std::future::ready(Ok(()))
             })
             .await
         })
@@ -323,7 +328,7 @@ async fn events_reach_a_durable_observer_in_order_and_a_restart_resumes_without_
             follow_events(&client, &stream, &options, |f| {
                 seen.lock()
                     .push((f.envelope.session_id.clone(), f.envelope.seq));
-                std::future::ready(())
+                std::future::ready(Ok(()))
             })
             .await
         })
@@ -349,4 +354,122 @@ async fn events_reach_a_durable_observer_in_order_and_a_restart_resumes_without_
         seqs.dedup();
         assert_eq!(seqs, (1..=21).collect::<Vec<_>>(), "{id}: {seqs:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_while_it_waits_for_a_busy_worker_never_runs() {
+    let Some(nats) = NatsServer::start() else {
+        return;
+    };
+    // One call at a time: the second waits for the first, which hangs until cancelled.
+    let hangs = Hangs {
+        one_at_a_time: true,
+        ..Default::default()
+    };
+    let _worker = serve_hook(nats.client().await, hangs.clone())
+        .await
+        .unwrap();
+    // The first call gives up after 1 s, the second (queued behind it) after 300 ms.
+    let mut sessions = Vec::new();
+    for timeout in ["1000ms", "300ms"] {
+        let bus = Bus::new();
+        let spec: RemoteHookSpec = format!("hangs,events=PreToolUse,timeout={timeout}")
+            .parse()
+            .unwrap();
+        bus.register(RemoteHook::new(
+            nats.client().await,
+            spec.name,
+            spec.options,
+        ))
+        .await
+        .unwrap();
+        sessions.push(bus.open_session(BusSessionConfig::new()).await.unwrap());
+    }
+    let first = sessions[0].dispatch(bash("ls", "1"));
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sessions[1].dispatch(bash("ls", "2")).await
+    };
+    let (a, b) = tokio::join!(first, second);
+    assert_eq!(a.unwrap().runs[0].status, RunStatus::TimedOut);
+    assert_eq!(b.unwrap().runs[0].status, RunStatus::TimedOut);
+    // The running call saw its cancellation; the waiting one was refused, never started.
+    for _ in 0..200 {
+        if hangs.cancelled.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(hangs.cancelled.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        hangs.started.load(Ordering::SeqCst),
+        1,
+        "the cancelled call ran"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_whose_handler_fails_is_not_acknowledged_and_comes_first_on_resume() {
+    let Some(nats) = NatsServer::start() else {
+        return;
+    };
+    let client = nats.client().await;
+    let stream = EventStreamConfig::default();
+    let bus = Bus::new();
+    bus.observe(
+        EventPublisher::new(&client, "node-a", &stream)
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let s = bus
+        .open_session(BusSessionConfig::new().id("s"))
+        .await
+        .unwrap();
+    for i in 0..10 {
+        s.dispatch(bash("ls", &i.to_string())).await.unwrap();
+    }
+    bus.shutdown(Duration::from_secs(5)).await;
+    let options = FollowOptions::new("fails-at-5");
+    let handled: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let result = {
+        let handled = handled.clone();
+        follow_events(&client, &stream, &options, move |f| {
+            let seq = f.envelope.seq;
+            let outcome = if seq == 5 {
+                Err("the disk is full".into())
+            } else {
+                handled.lock().push(seq);
+                Ok(())
+            };
+            std::future::ready(outcome)
+        })
+        .await
+    };
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("the disk is full"), "{err}");
+    assert_eq!(*handled.lock(), [1, 2, 3, 4]);
+    let resumed: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let follower = {
+        let resumed = resumed.clone();
+        let client = nats.client().await;
+        tokio::spawn(async move {
+            follow_events(&client, &stream, &options, move |f| {
+                resumed.lock().push(f.envelope.seq);
+                std::future::ready(Ok(()))
+            })
+            .await
+        })
+    };
+    for _ in 0..500 {
+        if resumed.lock().len() >= 7 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    follower.abort();
+    // (11 is the SessionEnd of the bus's shutdown.)
+    assert_eq!(*resumed.lock(), [5, 6, 7, 8, 9, 10, 11]);
 }

@@ -170,12 +170,9 @@ async fn remote_pair_figures(
     })
     .await?;
     // The remote hook, served by a worker on a connection of its own.
-    let worker = serve_hook(
-        server.client().await?,
-        Arc::new(BenchHook::trivial("remote")),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let worker = serve_hook(server.client().await?, BenchHook::trivial("remote"))
+        .await
+        .map_err(|e| e.to_string())?;
     let bus = Bus::new();
     let options = HookOptions::new()
         .events([EventKind::PreToolUse, EventKind::PostToolUse])
@@ -300,10 +297,10 @@ async fn fleet_pairs_per_second(
 ) -> Result<f64, String> {
     let mut served = Vec::new();
     for _ in 0..workers {
-        let hook = Arc::new(Work {
+        let hook = Work {
             delay: WORK.1,
             concurrency: WORK.0,
-        });
+        };
         served.push(
             serve_hook(server.client().await?, hook)
                 .await

@@ -1,19 +1,23 @@
 //! [`FleetApprovals`]: permission asks seen and answered across the instances of a fleet.
 //!
 //! Each instance announces its pending approvals (and their ends) on
-//! `<prefix>.approvals.<instance>.announce`, keeps a view of every other instance's, and
-//! answers requests for its own on `<prefix>.approvals.<instance>.answer`. An approval's
-//! fleet id is `<instance>:<number>`, so the instance that owns it is known from the id alone.
-//! A starting instance asks the others (`<prefix>.approvals.sync`) to announce theirs again.
+//! `<prefix>.approvals.<instance>.announce`, with a full snapshot every
+//! [`SNAPSHOT_EVERY`] that replaces what the others knew of it; it keeps a view of every other
+//! instance's, dropping an instance not heard from for three snapshots; and it answers requests
+//! for its own on `<prefix>.approvals.<instance>.answer`. An approval's fleet id is
+//! `<instance>:<number>`, so the instance that owns it is known from the id alone. A starting
+//! instance makes sure no live instance has its name, then asks the others
+//! (`<prefix>.approvals.sync`) for their snapshots.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::{Client, Subscriber};
 use dashmap::DashMap;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::subject;
@@ -22,6 +26,13 @@ use crate::permission::approver::{Approval, ApprovalDesk, ApprovalRequest, DeskC
 
 /// How long an answer sent to another instance waits for it.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often an instance announces all of its pending approvals; one not heard from for three
+/// of these is taken for gone, with its approvals.
+pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a starting instance waits for a live one of the same name to answer.
+const NAME_CHECK: Duration = Duration::from_millis(500);
 
 /// Who owns the sessions of this instance: the service answers it.
 pub trait ApprovalOwners: Send + Sync + 'static {
@@ -46,12 +57,17 @@ pub struct FleetApproval {
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Announcement {
     Pending(FleetApproval),
-    Ended { instance: String, number: u64 },
+    Ended { number: u64 },
+    Snapshot { approvals: Vec<FleetApproval> },
 }
 
+/// An answer sent to the owning instance: it names the request it answers, so an answer meant
+/// for an earlier life of the instance (whose numbers start again) answers nothing.
 #[derive(Debug, Serialize, Deserialize)]
 struct AnswerRequest {
     number: u64,
+    session_id: String,
+    tool_use_id: String,
     who: String,
     approval: Approval,
 }
@@ -94,6 +110,10 @@ struct Inner {
     owners: Arc<dyn ApprovalOwners>,
     /// Other instances' pending approvals, by fleet id.
     others: DashMap<String, FleetApproval>,
+    /// When each other instance was last heard from.
+    heard: DashMap<String, Instant>,
+    /// Set when another instance asks for a snapshot.
+    sync: Notify,
 }
 
 impl Drop for FleetApprovals {
@@ -103,8 +123,9 @@ impl Drop for FleetApprovals {
 }
 
 impl FleetApprovals {
-    /// Joins the fleet's approvals as `instance` (letters, digits, `_`, `-`): announces the
-    /// desk's pending approvals as they come and go, and answers for them.
+    /// Joins the fleet's approvals as `instance` (letters, digits, `_`, `-`, and no live
+    /// instance of that name): announces the desk's pending approvals as they come and go, and
+    /// answers for them.
     pub async fn start(
         client: Client,
         prefix: &str,
@@ -115,6 +136,7 @@ impl FleetApprovals {
         if !subject::is_plain_token(instance) {
             return Err(NatsError::InstanceName(instance.to_owned()));
         }
+        check_name_free(&client, prefix, instance).await?;
         let inner = Arc::new(Inner {
             client,
             prefix: prefix.to_owned(),
@@ -122,6 +144,8 @@ impl FleetApprovals {
             desk,
             owners,
             others: DashMap::new(),
+            heard: DashMap::new(),
+            sync: Notify::new(),
         });
         let subscribe = |subject: String| {
             let client = inner.client.clone();
@@ -188,21 +212,32 @@ impl FleetApprovals {
     }
 
     /// Answers the approval `id` (a fleet id, `<instance>:<number>`) for `who`: here when it
-    /// is this instance's, else by a request to its instance, which checks that `who` owns it.
+    /// is this instance's, else by a request to its instance, which checks that `who` owns it
+    /// and that it is the request this instance was told of.
     pub async fn answer(&self, id: &str, who: &str, approval: Approval) -> Result<(), AnswerError> {
         let (instance, number) = parse_fleet_id(id).ok_or(AnswerError::NotFound)?;
         if instance == self.inner.instance {
-            return self.inner.answer_here(number, who, approval);
+            return self.inner.answer_here(number, None, who, approval);
         }
+        let known = self
+            .inner
+            .others
+            .get(id)
+            .map(|a| a.value().clone())
+            .filter(|a| a.owner == who)
+            .ok_or(AnswerError::NotFound)?;
+        let unreachable = |why: String| AnswerError::Unreachable {
+            instance: instance.to_owned(),
+            why,
+        };
         let body = serde_json::to_vec(&AnswerRequest {
             number,
+            session_id: known.request.session_id,
+            tool_use_id: known.request.tool_use_id,
             who: who.to_owned(),
             approval,
         })
-        .map_err(|e| AnswerError::Unreachable {
-            instance: instance.to_owned(),
-            why: e.to_string(),
-        })?;
+        .map_err(|e| unreachable(e.to_string()))?;
         let request = async_nats::Request::new()
             .payload(body.into())
             .timeout(Some(ANSWER_TIMEOUT));
@@ -218,31 +253,41 @@ impl FleetApprovals {
             Ok(reply) => reply,
             Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
                 // The instance is gone, and its approvals with it.
-                self.inner.others.retain(|_, a| a.instance != instance);
+                self.inner.forget(instance);
                 return Err(AnswerError::NotFound);
             }
-            Err(e) => {
-                return Err(AnswerError::Unreachable {
-                    instance: instance.to_owned(),
-                    why: e.to_string(),
-                })
-            }
+            Err(e) => return Err(unreachable(e.to_string())),
         };
+        // Answered or not, it is no longer pending there.
+        self.inner.others.remove(id);
         match serde_json::from_slice::<AnswerReply>(&reply.payload) {
-            Ok(AnswerReply::Answered) => {
-                self.inner.others.remove(id);
-                Ok(())
-            }
+            Ok(AnswerReply::Answered) => Ok(()),
             Ok(AnswerReply::NotFound) => Err(AnswerError::NotFound),
-            Err(e) => Err(AnswerError::Unreachable {
-                instance: instance.to_owned(),
-                why: format!("unreadable reply: {e}"),
-            }),
+            Err(e) => Err(unreachable(format!("unreadable reply: {e}"))),
         }
     }
 
     /// Stops announcing and answering.
     pub fn close(self) {}
+}
+
+/// Fails when a live instance answers on `instance`'s answer subject.
+async fn check_name_free(client: &Client, prefix: &str, instance: &str) -> Result<(), NatsError> {
+    let request = async_nats::Request::new()
+        .payload("name check".into())
+        .timeout(Some(NAME_CHECK));
+    match client
+        .send_request(subject::approvals_answer(prefix, instance), request)
+        .await
+    {
+        Ok(_) => Err(NatsError::InstanceInUse(instance.to_owned())),
+        Err(e) => match e.kind() {
+            async_nats::RequestErrorKind::NoResponders | async_nats::RequestErrorKind::TimedOut => {
+                Ok(())
+            }
+            _ => Err(NatsError::nats("check the instance name", e)),
+        },
+    }
 }
 
 /// `<instance>:<number>` → its parts, when the instance is a plain name and the number a
@@ -253,6 +298,13 @@ fn parse_fleet_id(id: &str) -> Option<(&str, u64)> {
         return None;
     }
     Some((instance, number.parse().ok()?))
+}
+
+/// The instance an announcement subject (`<prefix>.approvals.<instance>.announce`) names.
+fn announcer<'a>(prefix: &str, subject: &'a str) -> Option<&'a str> {
+    let rest = subject.strip_prefix(prefix)?.strip_prefix(".approvals.")?;
+    let instance = rest.strip_suffix(".announce")?;
+    subject::is_plain_token(instance).then_some(instance)
 }
 
 impl Inner {
@@ -274,13 +326,29 @@ impl Inner {
             .collect()
     }
 
-    fn answer_here(&self, number: u64, who: &str, approval: Approval) -> Result<(), AnswerError> {
+    fn forget(&self, instance: &str) {
+        self.others.retain(|_, a| a.instance != instance);
+        self.heard.remove(instance);
+    }
+
+    /// Answers request `number` here for `who`, when `who` owns it and (for an answer from
+    /// another instance) it is the request that instance was told of.
+    fn answer_here(
+        &self,
+        number: u64,
+        expected: Option<(&str, &str)>,
+        who: &str,
+        approval: Approval,
+    ) -> Result<(), AnswerError> {
+        let request = self.desk.get(number).ok_or(AnswerError::NotFound)?;
+        let same = expected.is_none_or(|(session, tool_use)| {
+            request.session_id == session && request.tool_use_id == tool_use
+        });
         let theirs = self
-            .desk
-            .get(number)
-            .and_then(|r| self.owners.owner(&r.session_id))
+            .owners
+            .owner(&request.session_id)
             .is_some_and(|owner| owner == who);
-        if !theirs {
+        if !same || !theirs {
             return Err(AnswerError::NotFound);
         }
         self.desk
@@ -298,21 +366,30 @@ impl Inner {
         }
     }
 
-    async fn announce_all(&self) {
-        for approval in self.local() {
-            self.publish(&Announcement::Pending(approval)).await;
-        }
+    async fn snapshot(&self) {
+        let approvals = self.local();
+        self.publish(&Announcement::Snapshot { approvals }).await;
     }
 
-    /// Announces the desk's changes (all of its pending approvals again after falling behind).
+    /// Announces the desk's changes, and a snapshot every [`SNAPSHOT_EVERY`], when asked, and
+    /// after falling behind. One task publishes all of them, so they arrive in order.
     async fn announce(
         self: Arc<Self>,
         mut changes: tokio::sync::broadcast::Receiver<DeskChange>,
         stop: CancellationToken,
     ) {
+        let mut tick = tokio::time::interval(SNAPSHOT_EVERY);
         loop {
             let change = tokio::select! {
                 () = stop.cancelled() => return,
+                _ = tick.tick() => {
+                    self.snapshot().await;
+                    continue;
+                }
+                () = self.sync.notified() => {
+                    self.snapshot().await;
+                    continue;
+                }
                 change = changes.recv() => change,
             };
             match change {
@@ -322,11 +399,9 @@ impl Inner {
                     }
                 }
                 Ok(DeskChange::Ended(number)) => {
-                    let instance = self.instance.clone();
-                    self.publish(&Announcement::Ended { instance, number })
-                        .await;
+                    self.publish(&Announcement::Ended { number }).await;
                 }
-                Err(RecvError::Lagged(_)) => self.announce_all().await,
+                Err(RecvError::Lagged(_)) => self.snapshot().await,
                 Err(RecvError::Closed) => return,
             }
         }
@@ -339,27 +414,65 @@ impl Inner {
         mut answers: Subscriber,
         stop: CancellationToken,
     ) {
+        let mut tick = tokio::time::interval(SNAPSHOT_EVERY);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                Some(message) = announcements.next() => self.learn(&message.payload),
-                Some(_) = syncs.next() => self.announce_all().await,
+                Some(message) = announcements.next() => self.learn(&message),
+                Some(_) = syncs.next() => self.sync.notify_one(),
                 Some(message) = answers.next() => self.reply_to_answer(message).await,
+                _ = tick.tick() => self.expire(),
                 else => return,
             }
         }
     }
 
-    fn learn(&self, payload: &[u8]) {
-        match serde_json::from_slice::<Announcement>(payload) {
-            Ok(Announcement::Pending(approval)) if approval.instance != self.instance => {
+    /// Forgets the instances not heard from for three snapshots.
+    fn expire(&self) {
+        let now = Instant::now();
+        let gone: Vec<String> = self
+            .heard
+            .iter()
+            .filter(|h| now.duration_since(*h.value()) > SNAPSHOT_EVERY * 3)
+            .map(|h| h.key().clone())
+            .collect();
+        for instance in gone {
+            self.forget(&instance);
+        }
+    }
+
+    /// Takes an announcement in, from the instance its subject names (never the payload's).
+    fn learn(&self, message: &async_nats::Message) {
+        let Some(from) = announcer(&self.prefix, &message.subject) else {
+            return;
+        };
+        if from == self.instance {
+            return;
+        }
+        let announcement = match serde_json::from_slice::<Announcement>(&message.payload) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, instance = from, "an unreadable approval announcement");
+                return;
+            }
+        };
+        self.heard.insert(from.to_owned(), Instant::now());
+        let theirs =
+            |a: &FleetApproval| a.instance == from && a.id == format!("{from}:{}", a.request.id);
+        match announcement {
+            Announcement::Pending(approval) if theirs(&approval) => {
                 self.others.insert(approval.id.clone(), approval);
             }
-            Ok(Announcement::Ended { instance, number }) if instance != self.instance => {
-                self.others.remove(&format!("{instance}:{number}"));
+            Announcement::Pending(_) => {}
+            Announcement::Ended { number } => {
+                self.others.remove(&format!("{from}:{number}"));
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "an unreadable approval announcement"),
+            Announcement::Snapshot { approvals } => {
+                self.others.retain(|_, a| a.instance != from);
+                for approval in approvals.into_iter().filter(|a| theirs(a)) {
+                    self.others.insert(approval.id.clone(), approval);
+                }
+            }
         }
     }
 
@@ -368,10 +481,14 @@ impl Inner {
             return;
         };
         let reply = match serde_json::from_slice::<AnswerRequest>(&message.payload) {
-            Ok(request) => match self.answer_here(request.number, &request.who, request.approval) {
-                Ok(()) => AnswerReply::Answered,
-                Err(_) => AnswerReply::NotFound,
-            },
+            Ok(r) => {
+                let expected = Some((r.session_id.as_str(), r.tool_use_id.as_str()));
+                match self.answer_here(r.number, expected, &r.who, r.approval) {
+                    Ok(()) => AnswerReply::Answered,
+                    Err(_) => AnswerReply::NotFound,
+                }
+            }
+            // A name check, or garbage: this instance is alive, and answers nothing.
             Err(_) => AnswerReply::NotFound,
         };
         let body = serde_json::to_vec(&reply).unwrap_or_default();
@@ -383,7 +500,7 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_fleet_id;
+    use super::{announcer, parse_fleet_id};
 
     #[test]
     fn only_a_plain_instance_and_a_number_make_a_fleet_id() {
@@ -408,5 +525,16 @@ mod tests {
         ] {
             assert_eq!(parse_fleet_id(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_announcement_comes_from_the_instance_its_subject_names() {
+        assert_eq!(
+            announcer("hookbus", "hookbus.approvals.a.announce"),
+            Some("a")
+        );
+        assert_eq!(announcer("hookbus", "hookbus.approvals.a.b.announce"), None);
+        assert_eq!(announcer("hookbus", "other.approvals.a.announce"), None);
+        assert_eq!(announcer("hookbus", "hookbus.approvals.a.answer"), None);
     }
 }

@@ -73,7 +73,8 @@ impl EventStreamConfig {
 
 /// An observer that publishes every envelope of this instance to the event stream, on
 /// `<prefix>.events.<instance>.<session>.<Event>`, with a `Nats-Msg-Id` of
-/// `<instance>:<session>:<seq>` (so a retried publish is stored once).
+/// `<instance>:<publisher>:<session>:<seq>` (the publisher's own NUID: an id never repeats, even
+/// for a session id used again, or after a restart).
 ///
 /// It never blocks a dispatch: its mailbox is bounded, and an event that does not fit is
 /// dropped and counted ([`MetricsSnapshot::observer_dropped`](crate::MetricsSnapshot)), as for
@@ -82,6 +83,9 @@ impl EventStreamConfig {
 pub struct EventPublisher {
     js: jetstream::Context,
     instance: String,
+    /// Unique to this publisher (a NUID): message ids never repeat across restarts, or across
+    /// sessions that reuse an id.
+    boot: String,
     prefix: String,
     mailbox: usize,
     /// One permit per acknowledgement awaited.
@@ -102,9 +106,12 @@ impl EventPublisher {
             return Err(NatsError::InstanceName(instance.to_owned()));
         }
         stream.ensure(client).await?;
+        let inbox = client.new_inbox();
+        let boot = inbox.rsplit('.').next().unwrap_or(&inbox).to_owned();
         Ok(Self {
             js: jetstream::new(client.clone()),
             instance: instance.to_owned(),
+            boot,
             prefix: stream.prefix.clone(),
             mailbox: 65_536,
             acks: Arc::new(Semaphore::new(ACKS_IN_FLIGHT)),
@@ -205,7 +212,13 @@ impl Observer for EventPublisher {
             }
         };
         let mut headers = HeaderMap::new();
-        let id = format!("{}:{}:{}", self.instance, envelope.session_id, envelope.seq);
+        let id = format!(
+            "{}:{}:{}:{}",
+            self.instance,
+            self.boot,
+            subject::token(&envelope.session_id),
+            envelope.seq
+        );
         headers.insert("Nats-Msg-Id", id.as_str());
         let Ok(permit) = self.acks.clone().acquire_owned().await else {
             return;

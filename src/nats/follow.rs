@@ -45,10 +45,15 @@ pub struct Followed {
     pub envelope: Arc<Envelope>,
 }
 
+/// What stops a handler of [`follow_events`]: the envelope it was given is not acknowledged,
+/// so the durable observer gets it again when it resumes.
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Reads the event stream as the durable consumer `options.durable`, handing each envelope to
 /// `handle` in stream order (so each session's envelopes arrive in their order), and
-/// acknowledging each after `handle` returned. It runs until the connection ends or an
-/// error stops it.
+/// acknowledging each after `handle` returned `Ok`. It runs until the connection ends, an
+/// error stops it, or `handle` fails (then that envelope is not acknowledged, and
+/// [`NatsError::Handler`] is returned).
 ///
 /// A restarted observer resumes where it left off, with no gap and in order: it reopens its
 /// consumer at the first envelope it had not acknowledged. Delivery is at least once: the
@@ -60,25 +65,32 @@ pub async fn follow_events<F>(
     mut handle: impl FnMut(Followed) -> F,
 ) -> Result<(), NatsError>
 where
-    F: Future<Output = ()>,
+    F: Future<Output = Result<(), HandlerError>>,
 {
     let mut messages = open(client, stream, options).await?;
+    // A redelivery after an acknowledgement timed out comes after newer envelopes: it was
+    // handed over already.
+    let mut last = 0;
     while let Some(message) = messages.next().await {
         let message = message.map_err(|e| NatsError::nats("read the event stream", e))?;
         let stream_seq = message
             .info()
             .map_err(|e| NatsError::boxed("read an event's stream position", e))?
             .stream_sequence;
-        match serde_json::from_slice::<Envelope>(&message.payload) {
-            Ok(envelope) => {
-                let envelope = Arc::new(envelope);
-                handle(Followed {
-                    stream_seq,
-                    envelope,
-                })
-                .await
+        if stream_seq > last {
+            match serde_json::from_slice::<Envelope>(&message.payload) {
+                Ok(envelope) => {
+                    let envelope = Arc::new(envelope);
+                    handle(Followed {
+                        stream_seq,
+                        envelope,
+                    })
+                    .await
+                    .map_err(NatsError::Handler)?;
+                }
+                Err(e) => tracing::warn!(stream_seq, error = %e, "skipping an unreadable event"),
             }
-            Err(e) => tracing::warn!(stream_seq, error = %e, "skipping an unreadable event"),
+            last = stream_seq;
         }
         message
             .ack()
@@ -97,7 +109,10 @@ pub async fn follow_into(
 ) -> Result<(), NatsError> {
     follow_events(client, stream, options, |followed| {
         let observer = observer.clone();
-        async move { observer.on_event(&followed.envelope).await }
+        async move {
+            observer.on_event(&followed.envelope).await;
+            Ok(())
+        }
     })
     .await
 }
@@ -115,7 +130,10 @@ async fn open(
     let durable = options.durable.as_str();
     let start = match js_stream.consumer_info(durable).await {
         Ok(info) => Some(info.ack_floor.stream_sequence + 1),
-        Err(_) => None,
+        Err(e) if e.kind() == async_nats::jetstream::context::ConsumerInfoErrorKind::NotFound => {
+            None
+        }
+        Err(e) => return Err(NatsError::nats(format!("read the consumer {durable}"), e)),
     };
     if start.is_some() {
         js_stream

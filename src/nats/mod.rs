@@ -26,7 +26,6 @@
 //! own with credentials (`nats://user:password@host:4222`, or TLS), as for any NATS service.
 //!
 //! ```no_run
-//! use std::sync::Arc;
 //! use hookbus::nats::{serve_hook, RemoteHook};
 //! use hookbus::{Bus, EventKind, HookOptions};
 //!
@@ -35,7 +34,7 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! // A worker process:
 //! let client = async_nats::connect("nats://127.0.0.1:4222").await?;
-//! let worker = serve_hook(client, Arc::new(Policy)).await?;
+//! let worker = serve_hook(client, Policy).await?;
 //!
 //! // A service process:
 //! let client = async_nats::connect("nats://127.0.0.1:4222").await?;
@@ -60,12 +59,13 @@ mod worker;
 pub use approvals::{AnswerError, ApprovalOwners, FleetApproval, FleetApprovals, ANSWER_TIMEOUT};
 pub use async_nats::Client;
 pub use events::{EventPublisher, EventStreamConfig, PublishCounters, DEFAULT_STREAM};
-pub use follow::{follow_events, follow_into, FollowOptions, Followed};
+pub use follow::{follow_events, follow_into, FollowOptions, Followed, HandlerError};
 pub use remote_hook::{RemoteHook, RemoteHookSpec};
 pub use subject::DEFAULT_PREFIX;
 pub use wire::{CallAnswer, CallRequest, CALL_HEADER};
 pub use worker::{
-    serve_hook, serve_hook_with_prefix, HookWorker, DEFAULT_WORKER_CONCURRENCY, WORKER_CALL_LIMIT,
+    serve_hook, serve_hook_arc, serve_hook_with_prefix, HookWorker, DEFAULT_WORKER_CONCURRENCY,
+    WORKER_CALL_LIMIT,
 };
 
 /// What went wrong talking to NATS, or with what was asked of it.
@@ -82,6 +82,12 @@ pub enum NatsError {
     /// An instance name that cannot be one subject token.
     #[error("instance name {0:?}: use 1 to 64 letters, digits, `_` or `-`")]
     InstanceName(String),
+    /// A handler of [`follow_events`] failed; its envelope was not acknowledged.
+    #[error("the event handler failed: {0}")]
+    Handler(Box<dyn std::error::Error + Send + Sync>),
+    /// Another live instance of the fleet has this name.
+    #[error("instance name {0:?} is in use by a live instance of the fleet")]
+    InstanceInUse(String),
     /// A remote hook given on the command line that cannot be read.
     #[error("remote hook {spec:?}: {why}")]
     Spec {

@@ -245,14 +245,56 @@ fn parse_timeout(value: &str) -> Result<Duration, String> {
     let n: u64 = digits
         .parse()
         .map_err(|_| format!("timeout={value:?}: use e.g. 500ms, 5s, 1m"))?;
+    let secs = |factor: u64| n.checked_mul(factor).map(Duration::from_secs);
     let duration = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
         _ => return Err(format!("timeout={value:?}: use e.g. 500ms, 5s, 1m")),
-    };
+    }
+    .ok_or_else(|| format!("timeout={value:?} is too long"))?;
     if duration.is_zero() {
         return Err("timeout must be above zero".into());
     }
     Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_read_every_option_and_refuse_what_is_wrong_by_name() {
+        let spec: RemoteHookSpec =
+            "policy,events=PreToolUse|PostToolUse,tools=bash|Bash,timeout=1500ms,failure=closed"
+                .parse()
+                .unwrap();
+        assert_eq!(spec.name, "policy");
+        assert_eq!(
+            spec.options.events,
+            [EventKind::PreToolUse, EventKind::PostToolUse]
+        );
+        assert_eq!(spec.options.timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(spec.options.failure, FailurePolicy::Closed);
+        let plain: RemoteHookSpec = "p".parse().unwrap();
+        assert!(plain.options.events.is_empty() && plain.options.timeout.is_none());
+        for (bad, says) in [
+            ("", "name"),
+            ("events=PreToolUse", "name"),
+            ("p,colour=blue", "unknown key"),
+            ("p,events", "key=value"),
+            ("p,events=Nope", "Nope"),
+            ("p,timeout=0s", "above zero"),
+            ("p,timeout=5d", "use e.g."),
+            ("p,timeout=x", "use e.g."),
+            ("p,timeout=99999999999999999999h", "use e.g."),
+            ("p,timeout=999999999999999999h", "too long"),
+            ("p,failure=maybe", "open or closed"),
+            ("p,matcher=(", "p,matcher=("),
+        ] {
+            let err = bad.parse::<RemoteHookSpec>().unwrap_err().to_string();
+            assert!(err.contains(says), "{bad:?}: {err}");
+        }
+    }
 }

@@ -3,7 +3,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::{Client, Message, Subscriber};
 use dashmap::DashMap;
@@ -65,7 +65,12 @@ impl HookWorker {
 /// cancellation from the caller cancels the call's [`HookCx::cancellation`] token.
 ///
 /// A remote call has no session scratchpad: each call sees a fresh one.
-pub async fn serve_hook(client: Client, hook: Arc<dyn Hook>) -> Result<HookWorker, NatsError> {
+pub async fn serve_hook(client: Client, hook: impl Hook) -> Result<HookWorker, NatsError> {
+    serve_hook_with_prefix(client, DEFAULT_PREFIX, Arc::new(hook)).await
+}
+
+/// [`serve_hook`] for a hook already shared.
+pub async fn serve_hook_arc(client: Client, hook: Arc<dyn Hook>) -> Result<HookWorker, NatsError> {
     serve_hook_with_prefix(client, DEFAULT_PREFIX, hook).await
 }
 
@@ -101,6 +106,7 @@ pub async fn serve_hook_with_prefix(
         )),
         hook,
         running: Arc::new(DashMap::new()),
+        early: Arc::new(DashMap::new()),
         served: Arc::new(AtomicU64::new(0)),
         stop: CancellationToken::new(),
     };
@@ -121,12 +127,21 @@ struct Worker {
     limit: Duration,
     permits: Arc<Semaphore>,
     running: Arc<DashMap<String, CancellationToken>>,
+    /// Cancellations of calls not started yet (waiting for a permit, or still on their way),
+    /// with when they came; forgotten after [`EARLY_CANCEL_MEMORY`].
+    early: Arc<DashMap<String, Instant>>,
     served: Arc<AtomicU64>,
     stop: CancellationToken,
 }
 
+/// How long a worker remembers a cancellation that came before its call.
+const EARLY_CANCEL_MEMORY: Duration = Duration::from_secs(60);
+
 impl Worker {
-    async fn run(self, mut calls: Subscriber, mut cancels: Subscriber) {
+    async fn run(self, mut calls: Subscriber, cancels: Subscriber) {
+        // Cancellations are read by a task of their own, so that they are seen while this
+        // loop waits for a permit.
+        let listener = tokio::spawn(self.clone().listen(cancels));
         loop {
             tokio::select! {
                 () = self.stop.cancelled() => break,
@@ -134,14 +149,17 @@ impl Worker {
                     Some(message) => self.take(message).await,
                     None => break,
                 },
-                message = cancels.next() => match message {
-                    Some(message) => self.cancel(&message),
-                    None => break,
-                },
             }
         }
+        listener.abort();
         for call in self.running.iter() {
             call.value().cancel();
+        }
+    }
+
+    async fn listen(self, mut cancels: Subscriber) {
+        while let Some(message) = cancels.next().await {
+            self.cancel(&message);
         }
     }
 
@@ -161,6 +179,18 @@ impl Worker {
 
     fn cancel(&self, message: &Message) {
         let call = String::from_utf8_lossy(&message.payload);
+        if let Some(token) = self.running.get(call.as_ref()) {
+            token.cancel();
+            return;
+        }
+        // Not started yet: remembered, so the call is refused when it comes.
+        let now = Instant::now();
+        if self.early.len() >= 4096 {
+            self.early
+                .retain(|_, at| now.duration_since(*at) < EARLY_CANCEL_MEMORY);
+        }
+        self.early.insert(call.to_string(), now);
+        // The call may have started between the two looks.
         if let Some(token) = self.running.get(call.as_ref()) {
             token.cancel();
         }
@@ -189,6 +219,10 @@ impl Worker {
         let token = CancellationToken::new();
         self.running.insert(request.call.clone(), token.clone());
         let _gone = Forget(&self.running, &request.call);
+        // A cancellation that came first (the caller gave up while this call waited).
+        if self.early.remove(&request.call).is_some() {
+            return CallAnswer::Error("cancelled by the caller".into());
+        }
         let cx = HookCx::new(
             request.envelope,
             Arc::new(Scratchpad::new()),

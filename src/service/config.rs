@@ -202,6 +202,25 @@ impl TokenSet {
     pub fn identities(&self) -> impl Iterator<Item = &Identity> {
         self.entries.iter().map(|(id, _)| id)
     }
+
+    /// `who` as the instances of a fleet know it: its name and a fingerprint of its token
+    /// (`name#0123456789abcdef`), so that two instances' identities of one name are one only
+    /// when their tokens are the same.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    pub(crate) fn fleet_key(&self, who: &Identity) -> String {
+        let token = self
+            .entries
+            .iter()
+            .find(|(id, _)| id == who)
+            .map_or(&[][..], |(_, token)| &token[..]);
+        // FNV-1a: stable across builds and versions (the std hasher is not).
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in token {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("{}#{hash:016x}", who.name())
+    }
 }
 
 /// Equality of a presented token and a known one, in time that depends only on the known
@@ -507,13 +526,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = text.split_at(split);
     let n: f64 = number
         .parse()
-        .map_err(|_| format!("`{text}` is not a duration (e.g. 300ms, 10s, 30m, 2h)"))?;
+        .map_err(|_| format!("`{text}` is not a duration (e.g. 300ms, 10s, 30m, 2h, 7d)"))?;
     let secs = match unit.trim() {
         "ms" => n / 1000.0,
         "" | "s" => n,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
-        other => return Err(format!("unknown unit `{other}` (ms, s, m, h)")),
+        "d" => n * 86_400.0,
+        other => return Err(format!("unknown unit `{other}` (ms, s, m, h, d)")),
     };
     Duration::try_from_secs_f64(secs).map_err(|e| format!("`{text}`: {e}"))
 }

@@ -36,7 +36,10 @@ impl ApprovalOwners for Owners {
     fn owner(&self, session_id: &str) -> Option<String> {
         let inner = self.0.upgrade()?;
         let root = session_id.split('/').next().unwrap_or(session_id);
-        inner.sessions.owner(root).map(|who| who.name().to_owned())
+        inner
+            .sessions
+            .owner(root)
+            .map(|who| inner.tokens.fleet_key(&who))
     }
 }
 

@@ -536,7 +536,7 @@ pub(crate) async fn approvals(
     #[cfg(feature = "nats")]
     if let Some(fleet) = svc.inner.fleet.get() {
         let mine: Vec<Value> = fleet
-            .pending_for(who.name())
+            .pending_for(&svc.inner.tokens.fleet_key(&who))
             .into_iter()
             .map(|a| {
                 let mut entry = json!(a.request);
@@ -592,7 +592,8 @@ pub(crate) async fn answer(
     if let Some(fleet) = svc.inner.fleet.get() {
         if id.contains(':') {
             use crate::nats::AnswerError;
-            return match fleet.answer(&id, who.name(), approval).await {
+            let key = svc.inner.tokens.fleet_key(&who);
+            return match fleet.answer(&id, &key, approval).await {
                 Ok(()) => Ok(Json(json!({ "answered": id, "decision": body.decision }))),
                 Err(AnswerError::NotFound) => Err(ApiError::not_found("approval", &id)),
                 Err(e @ AnswerError::Unreachable { .. }) => {

@@ -26,9 +26,10 @@ pub struct ServeCmd {
     /// Join a fleet on this NATS server (`nats://[user:password@]host:port`): events are
     /// published to JetStream, approvals are seen and answered on every instance, and
     /// `--remote-hook`s are called there.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "NATS_URL")]
     nats: Option<String>,
-    /// This instance's name in the fleet (letters, digits, `_`, `-`; default `hookbus-<pid>`).
+    /// This instance's name in the fleet (letters, digits, `_`, `-`; default
+    /// `<host>-<pid>`); a live instance of the same name is refused.
     #[arg(long, value_name = "NAME")]
     instance: Option<String>,
     /// A hook served by workers over NATS:
@@ -64,10 +65,7 @@ pub async fn serve_cmd(cmd: ServeCmd) -> Result<ExitCode> {
         let settings = ClaudeSettings::load(&cmd.serve.settings, CompatOptions::default())?;
         agent = agent.claude_settings(&settings);
     }
-    let instance = cmd
-        .instance
-        .clone()
-        .unwrap_or_else(|| format!("hookbus-{}", std::process::id()));
+    let instance = cmd.instance.clone().unwrap_or_else(default_instance);
     if !nats::subject::is_plain_token(&instance) {
         return Err(nats::NatsError::InstanceName(instance).into());
     }
@@ -114,6 +112,29 @@ pub async fn serve_cmd(cmd: ServeCmd) -> Result<ExitCode> {
     }
     report?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `<host>-<pid>`, as a plain name.
+fn default_instance() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    let host = if host.is_empty() {
+        "hookbus".into()
+    } else {
+        host
+    };
+    format!("{host}-{}", std::process::id())
 }
 
 /// The remote hooks and the event publisher of an instance.
@@ -208,7 +229,7 @@ async fn stop_signal() {
 #[derive(clap::Args)]
 pub struct WorkerCmd {
     /// The fleet's NATS server.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "NATS_URL")]
     nats: String,
     /// Claude Code settings files whose hooks this worker serves (the same files the
     /// instances give as `--remote-settings`). Repeatable.
@@ -224,7 +245,7 @@ pub async fn worker_cmd(cmd: WorkerCmd) -> Result<ExitCode> {
     for file in &cmd.settings {
         for hook in settings_hooks(file)? {
             let name = hook.name().to_owned();
-            let worker = nats::serve_hook(client.clone(), hook).await?;
+            let worker = nats::serve_hook_arc(client.clone(), hook).await?;
             println!("serving {name:?} on {}", worker.subject());
             workers.push(worker);
         }
@@ -242,11 +263,11 @@ pub async fn worker_cmd(cmd: WorkerCmd) -> Result<ExitCode> {
 #[derive(clap::Args)]
 pub struct ObserveCmd {
     /// The fleet's NATS server.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "NATS_URL")]
     nats: String,
     /// The observer's durable name: a restarted observer of the same name resumes where it
-    /// left off.
-    #[arg(long, value_name = "NAME")]
+    /// left off. One process per name.
+    #[arg(long, value_name = "NAME", default_value = "hookbus-observer")]
     durable: String,
     /// Only events on subjects matching this, e.g. `hookbus.events.a.>` (one instance).
     #[arg(long, value_name = "SUBJECT")]
@@ -260,19 +281,38 @@ pub async fn observe_cmd(cmd: ObserveCmd) -> Result<ExitCode> {
     let mut options = FollowOptions::new(cmd.durable.clone());
     options.filter = cmd.filter.clone();
     let stream = EventStreamConfig::default();
-    let follow = follow_events(&client, &stream, &options, |followed| {
-        let line = serde_json::json!({
-            "stream_seq": followed.stream_seq,
-            "envelope": followed.envelope,
-        });
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
-        std::future::ready(())
-    });
+    let follow = follow_to_stdout(&client, &stream, &options);
     tokio::select! {
         result = follow => result?,
         () = stop_signal() => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints each event as a JSON line (flushed before it is acknowledged) until printing fails;
+/// a lost or restarted server is waited for.
+async fn follow_to_stdout(
+    client: &nats::Client,
+    stream: &EventStreamConfig,
+    options: &FollowOptions,
+) -> std::result::Result<(), nats::NatsError> {
+    loop {
+        let followed = follow_events(client, stream, options, |followed| {
+            let line = serde_json::json!({
+                "stream_seq": followed.stream_seq,
+                "envelope": followed.envelope,
+            });
+            let mut out = std::io::stdout().lock();
+            let written = writeln!(out, "{line}").and_then(|()| out.flush());
+            std::future::ready(written.map_err(|e| e.into()))
+        })
+        .await;
+        match followed {
+            Err(e @ nats::NatsError::Handler(_)) => return Err(e),
+            // The server went away or restarted: the client reconnects; read on.
+            Err(e) => eprintln!("hookbus observe: {e}; resuming"),
+            Ok(()) => {}
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
