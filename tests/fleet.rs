@@ -431,10 +431,8 @@ async fn an_approval_raised_on_one_instance_is_answered_through_another() {
         .post(&format!("/approvals/{id}"), json!({"decision": "allow"}))
         .await;
     assert_eq!(status, 404);
-    // Its owner answers on b; the tool runs on a.
-    let (status, body) = b
-        .post(&format!("/approvals/{id}"), json!({"decision": "allow"}))
-        .await;
+    // Its owner answers on b (the id as the list gave it, quotes and all); the tool runs on a.
+    let (status, body) = b.answer(&approval, json!({"decision": "allow"})).await;
     assert_eq!(status, 200, "{body}");
     let result = tokio::time::timeout(Duration::from_secs(20), turn)
         .await

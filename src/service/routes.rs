@@ -573,6 +573,11 @@ pub(crate) async fn answer(
     body: Result<Json<Answer>, JsonRejection>,
 ) -> ApiResult<Json<Value>> {
     let Json(body) = body?;
+    // An id as the list gave it, JSON quotes and all (`/approvals/"a:3"`), is the same id.
+    let id = id
+        .strip_prefix('"')
+        .and_then(|i| i.strip_suffix('"'))
+        .map_or(id.clone(), str::to_owned);
     let approval = match body.decision.as_str() {
         "allow" => Approval::AllowOnce,
         "allow_always" => Approval::AllowAlways,
