@@ -627,14 +627,21 @@ async fn a_killed_instance_leaves_its_committed_intents_in_postgres_and_its_inte
         a.open(&id, script, None).await;
         turns.push(a.turn(&id, "go"));
     }
-    // The intents of the three sleeps are committed (the tools run only after that).
+    // And b runs a call of its own through the kill: running, not in doubt.
+    let script = json!({"turns": [
+        {"text": "run", "tool_calls": [{"name": "bash", "input": {"command": "sleep 61"}}]},
+        {"text": "done"}
+    ]});
+    b.open("busy-on-b", script, None).await;
+    let _busy = b.turn("busy-on-b", "go");
+    // The intents of the four sleeps are committed (the tools run only after that).
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let open = audit_json(&url, &["calls"])
             .into_iter()
-            .filter(|c| audited_command(c) == "sleep 60" && c["outcome"].is_null())
+            .filter(|c| audited_command(c).starts_with("sleep 6") && c["outcome"].is_null())
             .count();
-        if open == 3 {
+        if open == 4 {
             break;
         }
         assert!(
@@ -645,7 +652,8 @@ async fn a_killed_instance_leaves_its_committed_intents_in_postgres_and_its_inte
     }
     doomed.kill9();
     drop(turns);
-    // From the other side: every call is in the store, and exactly the sleeps are in doubt.
+    // From the other side: every call is in the store, and exactly a's sleeps are in doubt
+    // (b's, still running on a live instance, is not).
     let calls = audit_json(&url, &["calls"]);
     let commands: Vec<String> = calls.iter().map(audited_command).collect();
     for expected in [

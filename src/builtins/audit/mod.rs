@@ -220,7 +220,9 @@ impl AuditLog {
                     AuditMode::Durable => "durable",
                     AuditMode::BestEffort => "best_effort",
                 };
-                writer::register_instance(&mut *store, mode_name, now_ms())
+                let instance = writer::register_instance(&mut *store, mode_name, now_ms())?;
+                store.hold_instance(instance)?;
+                Ok(instance)
             })
             .map_err(|e| audit_error(&target, e))?;
         let (tx, rx) = mpsc::channel();

@@ -182,7 +182,17 @@ pub(crate) struct PgStore {
     statements: HashMap<String, Statement>,
     /// The `statement_timeout` set, once a reader armed one.
     limit: Option<Duration>,
+    /// The instance this writer keeps marked alive (its advisory lock).
+    held: Option<i64>,
 }
+
+/// The first key of an instance's liveness lock (`pg_advisory_lock(INSTANCE_LOCK, id)`); the
+/// second is the instance's id.
+const INSTANCE_LOCK: i32 = 0x686f_6f6b;
+
+/// Takes an instance's liveness lock (its keys given as `BIGINT`s).
+const HOLD_INSTANCE: &str =
+    "SELECT pg_advisory_lock(CAST($1 AS BIGINT)::INT4, CAST($2 AS BIGINT)::INT4)";
 
 /// A tokio-postgres error in one line: the server's message and code, or the client's error
 /// and its causes.
@@ -243,6 +253,12 @@ fn pg_row(row: &tokio_postgres::Row) -> Result<Row, tokio_postgres::Error> {
     Ok(values)
 }
 
+/// An instance id as the second key of its liveness lock.
+fn instance_key(instance: i64) -> Result<i32, StoreError> {
+    i32::try_from(instance)
+        .map_err(|_| StoreError::Sql(format!("instance id {instance} is past a lock key's range")))
+}
+
 impl PgStore {
     /// Connects to the database `url` names, for `role`.
     pub(crate) fn connect(url: &str, role: Role) -> Result<Self, StoreError> {
@@ -267,6 +283,7 @@ impl PgStore {
             role,
             statements: HashMap::new(),
             limit: None,
+            held: None,
         };
         store.open()?;
         Ok(store)
@@ -290,6 +307,12 @@ impl PgStore {
         }
         self.block(client.batch_execute(self.role.settings()))?
             .map_err(|e| StoreError::Connect(describe(&e)))?;
+        if let Some(instance) = self.held {
+            let key = instance_key(instance)?;
+            let keys = (i64::from(INSTANCE_LOCK), i64::from(key));
+            self.block(client.execute(HOLD_INSTANCE, &[&keys.0, &keys.1]))?
+                .map_err(|e| StoreError::Connect(describe(&e)))?;
+        }
         self.client = Some(client);
         Ok(())
     }
@@ -488,6 +511,24 @@ impl AuditStore for PgStore {
         self.batch(&format!("SET statement_timeout = {ms}"))?;
         self.limit = Some(limit);
         Ok(())
+    }
+
+    fn hold_instance(&mut self, instance: i64) -> Result<(), StoreError> {
+        let key = instance_key(instance)?;
+        self.execute(
+            HOLD_INSTANCE,
+            &[i64::from(INSTANCE_LOCK).into(), i64::from(key).into()],
+        )?;
+        self.held = Some(instance);
+        Ok(())
+    }
+
+    fn instance_gone(&self) -> Option<&'static str> {
+        Some(
+            "NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
+               AND l.classid = 1752133483 AND l.objsubid = 2 AND l.granted
+               AND l.objid::text::bigint = tool_calls.instance)",
+        )
     }
 
     fn integrity_ok(&mut self) -> Result<bool, StoreError> {

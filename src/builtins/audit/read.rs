@@ -311,9 +311,16 @@ impl AuditDb {
         }
     }
 
-    /// Calls with a committed intent and no outcome.
+    /// Calls with a committed intent and no outcome whose writer is gone: on PostgreSQL, calls
+    /// of a live writer (one still holding its instance's lock) are running, not in doubt; a
+    /// SQLite file cannot tell, and lists every call with an intent and no outcome.
     pub fn in_doubt(&self) -> Result<Vec<CallRecord>, Error> {
-        self.calls_where("WHERE intent_ms IS NOT NULL AND outcome IS NULL", &[])
+        let gone = self.store.lock().instance_gone();
+        let filter = match gone {
+            Some(gone) => format!("WHERE intent_ms IS NOT NULL AND outcome IS NULL AND {gone}"),
+            None => "WHERE intent_ms IS NOT NULL AND outcome IS NULL".to_owned(),
+        };
+        self.calls_where(&filter, &[])
     }
 
     /// One call, by its number or its `tool_use_id` (the first call with that id).

@@ -163,6 +163,17 @@ pub(crate) trait AuditStore: Send {
     /// Whether the stored data is intact (SQLite: `PRAGMA integrity_check`; PostgreSQL, which
     /// keeps its own consistency: every audit table can be read through).
     fn integrity_ok(&mut self) -> Result<bool, StoreError>;
+    /// Marks `instance` as alive for as long as this store is open (PostgreSQL: a session
+    /// advisory lock, taken again on reconnecting, released by the server when the process
+    /// dies). SQLite, one machine's file, keeps no such mark.
+    fn hold_instance(&mut self, _instance: i64) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// A condition on `tool_calls` that is true when the call's instance is not alive (see
+    /// [`hold_instance`](Self::hold_instance)); `None` when the backend cannot tell.
+    fn instance_gone(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Which backend a target string names.
