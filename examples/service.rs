@@ -23,7 +23,7 @@
 
 use clap::Parser;
 use hookbus::builtins::TimingHook;
-use hookbus::service::{serve, ServeArgs, Service, TokenSource};
+use hookbus::service::{serve, ServeArgs, Service};
 use hookbus::Agent;
 
 /// hookbus behind HTTP.
@@ -53,17 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let local = listener.local_addr()?;
     // One plain line first, for scripts that start the service on port 0.
     println!("hookbus service listening on http://{local}");
-    let token_file = match &token {
-        TokenSource::Environment => {
-            println!("console: http://{local}/#token=<HOOKBUS_TOKEN>");
-            None
-        }
-        TokenSource::Generated { token, file } => {
-            println!("console: http://{local}/#token={token}");
-            println!("token file: {}", file.display());
-            Some(file.clone())
-        }
-    };
+    let token_file = token.print_console(local);
     println!(
         "workspaces in {}; permission modes up to {}",
         service.workspace_root().display(),

@@ -2,7 +2,7 @@
 //! hooks of a Claude Code settings file, and a `hookbus observe` process, all on a private
 //! `nats-server` (skipped with the reason when it is not installed; a failure under
 //! `HOOKBUS_REQUIRE_EXTERNAL=1`).
-#![cfg(all(feature = "nats", feature = "cli"))]
+#![cfg(all(feature = "nats", feature = "cli", feature = "bench"))]
 
 mod common;
 

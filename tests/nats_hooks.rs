@@ -1,7 +1,7 @@
 //! Remote hooks, the event stream and fleet approvals against a real, private `nats-server`
 //! (skipped with the reason when it is not installed; a failure under
 //! `HOOKBUS_REQUIRE_EXTERNAL=1`).
-#![cfg(feature = "nats")]
+#![cfg(all(feature = "nats", feature = "bench"))]
 
 mod common;
 

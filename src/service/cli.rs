@@ -89,6 +89,25 @@ pub enum TokenSource {
     },
 }
 
+impl TokenSource {
+    /// Prints the console's address for a service listening on `local` (the token in the
+    /// fragment when it was generated, with the private file holding it), and answers that
+    /// file, to remove at exit.
+    pub fn print_console(&self, local: std::net::SocketAddr) -> Option<PathBuf> {
+        match self {
+            TokenSource::Environment => {
+                println!("console: http://{local}/#token=<HOOKBUS_TOKEN>");
+                None
+            }
+            TokenSource::Generated { token, file } => {
+                println!("console: http://{local}/#token={token}");
+                println!("token file: {}", file.display());
+                Some(file.clone())
+            }
+        }
+    }
+}
+
 impl ServeArgs {
     /// The address to listen on: `--addr`, else `HOOKBUS_ADDR`, else `127.0.0.1:8080`.
     pub fn addr(&self) -> String {

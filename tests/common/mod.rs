@@ -4,7 +4,7 @@
 pub mod http;
 #[cfg(feature = "service")]
 pub mod model_server;
-#[cfg(feature = "nats")]
+#[cfg(all(feature = "nats", feature = "bench"))]
 pub mod nats;
 #[cfg(feature = "postgres")]
 pub mod postgres;

@@ -187,17 +187,7 @@ fn announce(
     nats: Option<&str>,
 ) -> Option<PathBuf> {
     println!("hookbus service listening on http://{local}");
-    let file = match token {
-        TokenSource::Environment => {
-            println!("console: http://{local}/#token=<HOOKBUS_TOKEN>");
-            None
-        }
-        TokenSource::Generated { token, file } => {
-            println!("console: http://{local}/#token={token}");
-            println!("token file: {}", file.display());
-            Some(file.clone())
-        }
-    };
+    let file = token.print_console(local);
     if let Some(url) = nats {
         println!("fleet instance {instance} on {url}");
     }
