@@ -81,12 +81,17 @@ where
             match serde_json::from_slice::<Envelope>(&message.payload) {
                 Ok(envelope) => {
                     let envelope = Arc::new(envelope);
-                    handle(Followed {
+                    let handled = handle(Followed {
                         stream_seq,
                         envelope,
                     })
                     .await
-                    .map_err(NatsError::Handler)?;
+                    .map_err(NatsError::Handler);
+                    if let Err(e) = handled {
+                        // What was acknowledged before reaches the server before this returns.
+                        let _ = client.flush().await;
+                        return Err(e);
+                    }
                 }
                 Err(e) => tracing::warn!(stream_seq, error = %e, "skipping an unreadable event"),
             }
