@@ -105,13 +105,13 @@ pub async fn serve_hook_with_prefix(
                 .max(1),
         )),
         hook,
-        running: Arc::new(DashMap::new()),
-        early: Arc::new(DashMap::new()),
+        running: DashMap::new(),
+        early: DashMap::new(),
         served: Arc::new(AtomicU64::new(0)),
         stop: CancellationToken::new(),
     };
     let (stop, served) = (worker.stop.clone(), worker.served.clone());
-    let task = tokio::spawn(worker.run(calls, cancels));
+    let task = tokio::spawn(Arc::new(worker).run(calls, cancels));
     Ok(HookWorker {
         stop,
         task,
@@ -120,16 +120,16 @@ pub async fn serve_hook_with_prefix(
     })
 }
 
-#[derive(Clone)]
+/// A worker's state, shared by its loop, its cancellation listener and its calls.
 struct Worker {
     client: Client,
     hook: Arc<dyn Hook>,
     limit: Duration,
     permits: Arc<Semaphore>,
-    running: Arc<DashMap<String, CancellationToken>>,
+    running: DashMap<String, CancellationToken>,
     /// Cancellations of calls not started yet (waiting for a permit, or still on their way),
     /// with when they came; forgotten after [`EARLY_CANCEL_MEMORY`].
-    early: Arc<DashMap<String, Instant>>,
+    early: DashMap<String, Instant>,
     served: Arc<AtomicU64>,
     stop: CancellationToken,
 }
@@ -138,7 +138,7 @@ struct Worker {
 const EARLY_CANCEL_MEMORY: Duration = Duration::from_secs(60);
 
 impl Worker {
-    async fn run(self, mut calls: Subscriber, cancels: Subscriber) {
+    async fn run(self: Arc<Self>, mut calls: Subscriber, cancels: Subscriber) {
         // Cancellations are read by a task of their own, so that they are seen while this
         // loop waits for a permit.
         let listener = tokio::spawn(self.clone().listen(cancels));
@@ -157,14 +157,14 @@ impl Worker {
         }
     }
 
-    async fn listen(self, mut cancels: Subscriber) {
+    async fn listen(self: Arc<Self>, mut cancels: Subscriber) {
         while let Some(message) = cancels.next().await {
             self.cancel(&message);
         }
     }
 
     /// Starts a call when a permit frees (so a worker never holds more calls than it runs).
-    async fn take(&self, message: Message) {
+    async fn take(self: &Arc<Self>, message: Message) {
         let permit = tokio::select! {
             permit = self.permits.clone().acquire_owned() => permit,
             () = self.stop.cancelled() => return,
