@@ -6,28 +6,13 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod common;
+
+use common::audit_hooks::{NoRm, PreRewrite};
 use hookbus::builtins::{AuditDb, AuditLog, AuditMode};
 use hookbus::AgentBuilder;
 use hookbus::*;
 use serde_json::json;
-
-/// Blocks `rm` commands.
-struct NoRm;
-
-#[async_trait]
-impl Hook for NoRm {
-    fn name(&self) -> &str {
-        "no-rm"
-    }
-    fn options(&self) -> HookOptions {
-        HookOptions::new()
-            .events([EventKind::PreToolUse])
-            .filter(ToolFilter::rule("bash(rm *)").unwrap())
-    }
-    async fn pre_tool_use(&self, _: &HookCx, _: &PreToolUse) -> HookResult<PreToolUseAction> {
-        Ok(PreToolUseAction::block("rm is not allowed").into())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_parallel_sessions_each_call_once_with_decision_and_outcome() {
@@ -395,24 +380,6 @@ impl Tool for Probe {
             "intent": mine.intent_ms.is_some(),
             "outcome": mine.outcome,
         }))
-    }
-}
-
-/// Rewrites the probe's input on PreToolUse.
-struct PreRewrite;
-
-#[async_trait]
-impl Hook for PreRewrite {
-    fn name(&self) -> &str {
-        "pre-rewrite"
-    }
-    fn options(&self) -> HookOptions {
-        HookOptions::new().events([EventKind::PreToolUse])
-    }
-    async fn pre_tool_use(&self, _: &HookCx, ev: &PreToolUse) -> HookResult<PreToolUseAction> {
-        let mut input = ev.tool_input.clone();
-        input["step"] = json!("pre");
-        Ok(PreToolUseAction::proceed().with_input(input).into())
     }
 }
 

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::audit_hooks::{NoRm, PreRewrite};
 use common::postgres::PgServer;
 use hookbus::builtins::{AuditBackend, AuditDb, AuditLog, AuditMode, CallRecord, SessionRecord};
 use hookbus::*;
@@ -27,24 +28,6 @@ const WHY: &str = "the PostgreSQL audit store";
 
 fn server() -> Option<PgServer> {
     PgServer::start_or_skip(WHY)
-}
-
-/// Blocks `rm` commands.
-struct NoRm;
-
-#[async_trait]
-impl Hook for NoRm {
-    fn name(&self) -> &str {
-        "no-rm"
-    }
-    fn options(&self) -> HookOptions {
-        HookOptions::new()
-            .events([EventKind::PreToolUse])
-            .filter(ToolFilter::rule("bash(rm *)").unwrap())
-    }
-    async fn pre_tool_use(&self, _: &HookCx, _: &PreToolUse) -> HookResult<PreToolUseAction> {
-        Ok(PreToolUseAction::block("rm is not allowed").into())
-    }
 }
 
 /// A session with every kind of record: a call that runs, one a hook blocks, one a rule
@@ -321,24 +304,6 @@ impl Tool for Probe {
             "in_doubt": mine.in_doubt,
             "outcome": mine.outcome,
         }))
-    }
-}
-
-/// Rewrites the probe's input on PreToolUse.
-struct PreRewrite;
-
-#[async_trait]
-impl Hook for PreRewrite {
-    fn name(&self) -> &str {
-        "pre-rewrite"
-    }
-    fn options(&self) -> HookOptions {
-        HookOptions::new().events([EventKind::PreToolUse])
-    }
-    async fn pre_tool_use(&self, _: &HookCx, ev: &PreToolUse) -> HookResult<PreToolUseAction> {
-        let mut input = ev.tool_input.clone();
-        input["step"] = json!("pre");
-        Ok(PreToolUseAction::proceed().with_input(input).into())
     }
 }
 

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod audit_hooks;
 pub mod http;
 #[cfg(feature = "service")]
 pub mod model_server;
