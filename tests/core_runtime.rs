@@ -957,3 +957,123 @@ fn handles_are_send_and_sync() {
     assert_send_sync::<Scratchpad>();
     assert_send_sync::<HookCx>();
 }
+
+/// A PreToolUse hook that takes `delay`, notes whether its token fired, and records the tool
+/// use ids it saw, in order.
+#[derive(Clone)]
+struct Slow {
+    name: &'static str,
+    delay: Duration,
+    inline: bool,
+    seen: Arc<Mutex<Vec<String>>>,
+    cancelled: Arc<AtomicUsize>,
+    tasks: Arc<Mutex<Vec<Option<tokio::task::Id>>>>,
+}
+
+impl Slow {
+    fn new(name: &'static str, delay: Duration, inline: bool) -> Self {
+        Self {
+            name,
+            delay,
+            inline,
+            seen: Arc::default(),
+            cancelled: Arc::default(),
+            tasks: Arc::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Hook for Slow {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn options(&self) -> HookOptions {
+        let o = HookOptions::new()
+            .events([EventKind::PreToolUse])
+            .timeout(Duration::from_secs(10));
+        if self.inline {
+            o.inline()
+        } else {
+            o
+        }
+    }
+    async fn pre_tool_use(&self, cx: &HookCx, e: &PreToolUse) -> HookResult<PreToolUseAction> {
+        self.tasks.lock().push(tokio::task::try_id());
+        tokio::select! {
+            _ = cx.cancellation().cancelled() => {
+                self.cancelled.fetch_add(1, Ordering::SeqCst);
+            }
+            _ = tokio::time::sleep(self.delay) => {}
+        }
+        self.seen.lock().push(e.tool_use_id.clone());
+        Ok(PreToolUseAction::proceed().into())
+    }
+}
+
+/// ORD-1 and "nothing lost": a caller that stops waiting for a dispatch (its future dropped
+/// under a timeout) does not cut the dispatch short. Its hooks run to the end uncancelled,
+/// observers get the event, and the session's next dispatch waits for it.
+#[tokio::test(start_paused = true)]
+async fn a_dispatch_the_caller_gives_up_on_still_runs_to_its_end() {
+    let bus = Bus::new();
+    let rec = Recorder::new("rec");
+    bus.observe(rec.clone()).await.unwrap();
+    let actor = Slow::new("actor", Duration::from_millis(300), false);
+    let inline = Slow::new("inline", Duration::from_millis(200), true);
+    bus.register(actor.clone()).await.unwrap();
+    bus.register(inline.clone()).await.unwrap();
+    let s = bus
+        .open_session(BusSessionConfig::new().id("impatient"))
+        .await
+        .unwrap();
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(50), s.dispatch(bash("ls", "t1"))).await;
+    assert!(gave_up.is_err(), "the caller stopped waiting");
+    let started = Instant::now();
+    let second = s.dispatch(bash("ls", "t2")).await.unwrap();
+    assert_eq!(second.seq, 2);
+    assert!(
+        started.elapsed()
+            >= Duration::from_millis(250) + Duration::from_millis(300) - Duration::from_millis(50),
+        "the second dispatch waited for the first: {:?}",
+        started.elapsed()
+    );
+    for hook in [&actor, &inline] {
+        assert_eq!(*hook.seen.lock(), ["t1", "t2"], "{}", hook.name);
+        assert_eq!(hook.cancelled.load(Ordering::SeqCst), 0, "{}", hook.name);
+    }
+    s.close("done").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+    let kinds: Vec<_> = rec.events().into_iter().map(|e| (e.1, e.2)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (1, EventKind::PreToolUse),
+            (2, EventKind::PreToolUse),
+            (3, EventKind::SessionEnd)
+        ]
+    );
+}
+
+/// A session's dispatcher runs on the task that dispatches (ACT-3, its own dispatcher): an
+/// inline hook is polled on the caller's own task, and an actor hook on its actor's.
+#[tokio::test]
+async fn inline_hooks_run_on_the_dispatching_task_and_actor_hooks_on_their_own() {
+    let bus = Bus::new();
+    let actor = Slow::new("actor", Duration::ZERO, false);
+    let inline = Slow::new("inline", Duration::ZERO, true);
+    bus.register(actor.clone()).await.unwrap();
+    bus.register(inline.clone()).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
+    let caller = tokio::spawn(async move {
+        s.dispatch(bash("ls", "t1")).await.unwrap();
+        tokio::task::id()
+    })
+    .await
+    .unwrap();
+    assert_eq!(*inline.tasks.lock(), [Some(caller)]);
+    let actor_task = actor.tasks.lock()[0];
+    assert!(actor_task.is_some_and(|t| t != caller), "{actor_task:?}");
+    bus.shutdown(Duration::from_secs(5)).await;
+}

@@ -493,7 +493,7 @@ fn idle(config: &BenchConfig) -> BenchResult {
                 sessions.push(s);
             }
         }
-        // Let every session actor start and go idle.
+        // Let whatever the sessions spawned settle.
         tokio::task::yield_now().await;
         let after = resident_bytes();
         drop(first);

@@ -52,7 +52,7 @@ pub enum Error {
     /// A session with that id is already open.
     #[error("a session `{0}` is already open")]
     SessionExists(String),
-    /// An actor this call depends on panicked and stopped (a session's actor, an agent loop),
+    /// An actor this call depends on panicked and stopped (a session's dispatcher, an agent loop),
     /// or dropped the call when it panicked (the registry, the permission service).
     #[error("{0}")]
     ActorFailed(Box<ActorFailure>),
@@ -203,7 +203,7 @@ impl From<serde_json::Error> for HookError {
 pub enum ActorKind {
     /// The registry actor, which publishes the hook snapshots.
     Registry,
-    /// A session's actor, which dispatches its events in order.
+    /// A session's dispatcher, which dispatches its events in order.
     Session,
     /// A hook's actor, or a hook call.
     Hook,

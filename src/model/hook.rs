@@ -138,13 +138,34 @@ impl HookOptions {
 /// cancellation token that fires when the call times out or the turn is cancelled.
 #[derive(Debug, Clone)]
 pub struct HookCx {
+    /// What every call of one dispatch shares: one pointer per call, not one per field.
+    scope: Arc<CallScope>,
+    /// A call's own token, a child of the scope's, made the first time the call asks for its
+    /// token (or when the call is stopped): a hook that never looks at it costs no child token.
+    own: Option<std::sync::OnceLock<CancellationToken>>,
+}
+
+/// The part of a [`HookCx`] the calls of one dispatch share.
+#[derive(Debug)]
+pub(crate) struct CallScope {
     envelope: Arc<Envelope>,
     scratchpad: Arc<Scratchpad>,
     // Shared behind an `Arc`: cloning a `CancellationToken` itself takes the token tree's lock.
     cancel: Arc<CancellationToken>,
-    /// A call's own token, a child of `cancel`, made the first time the call asks for its
-    /// token (or when the call is stopped): a hook that never looks at it costs no child token.
-    own: Option<std::sync::OnceLock<CancellationToken>>,
+}
+
+impl CallScope {
+    pub(crate) fn new(
+        envelope: Arc<Envelope>,
+        scratchpad: Arc<Scratchpad>,
+        cancel: Arc<CancellationToken>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            envelope,
+            scratchpad,
+            cancel,
+        })
+    }
 }
 
 impl HookCx {
@@ -153,32 +174,34 @@ impl HookCx {
         scratchpad: Arc<Scratchpad>,
         cancel: Arc<CancellationToken>,
     ) -> Self {
+        Self::scoped(&CallScope::new(envelope, scratchpad, cancel))
+    }
+    /// A context in a scope the calls of one dispatch share.
+    pub(crate) fn scoped(scope: &Arc<CallScope>) -> Self {
         Self {
-            envelope,
-            scratchpad,
-            cancel,
+            scope: scope.clone(),
             own: None,
         }
     }
     /// The event with its place in the session.
     pub fn envelope(&self) -> &Arc<Envelope> {
-        &self.envelope
+        &self.scope.envelope
     }
     /// The session's id.
     pub fn session_id(&self) -> &str {
-        &self.envelope.session_id
+        &self.scope.envelope.session_id
     }
     /// The session's scratchpad.
     pub fn scratchpad(&self) -> &Scratchpad {
-        &self.scratchpad
+        &self.scope.scratchpad
     }
     /// Fires when this call timed out or was cancelled; long work should select on it. It fires
     /// before the call is dropped: an actor hook's future is polled for
     /// [`CANCEL_GRACE`](crate::CANCEL_GRACE) more, so a `select!` on the token sees it.
     pub fn cancellation(&self) -> &CancellationToken {
         match &self.own {
-            Some(own) => own.get_or_init(|| self.cancel.child_token()),
-            None => &self.cancel,
+            Some(own) => own.get_or_init(|| self.scope.cancel.child_token()),
+            None => &self.scope.cancel,
         }
     }
 
@@ -394,11 +417,11 @@ impl Future for CallHook<'_> {
 
 /// Calls the method of `hook` that fits the event in `cx`.
 pub(crate) fn call_hook<'a>(hook: &'a dyn Hook, cx: &'a HookCx) -> CallHook<'a> {
-    let kind = cx.envelope.kind();
+    let kind = cx.envelope().kind();
     let call = if hook.untyped() {
         Call::Untyped(hook.handle(cx))
     } else {
-        match &cx.envelope.event {
+        match &cx.envelope().event {
             Event::SessionStart(e) => Call::Unit(hook.session_start(cx, e)),
             Event::UserPromptSubmit(e) => Call::Gate(hook.user_prompt_submit(cx, e)),
             Event::PreToolUse(e) => Call::Pre(hook.pre_tool_use(cx, e)),

@@ -1,5 +1,6 @@
-//! One shape for every actor of the runtime: the registry, each session, each hook and
-//! observer, the permission service and each agent loop.
+//! One shape for every actor of the runtime: the registry, each hook and observer, the
+//! permission service and each agent loop. (A session's dispatcher runs on the session's own
+//! task, see [`session`](crate::runtime::session); its panics are reported here alike.)
 //!
 //! An actor is a value that owns its state and its mailbox and serves it in [`Actor::run`].
 //! Its constructor is a `pair()` that returns the handle and the actor without spawning it (as
@@ -16,8 +17,8 @@
 //!   ([`MetricsSnapshot::actor_panics`](crate::MetricsSnapshot::actor_panics)) and sends it
 //!   to every [`Bus::actor_failures`](crate::Bus::actor_failures) receiver. The actor then
 //!   says what happens ([`OnPanic`]): hook, observer, registry and permission actors are
-//!   restarted with their state kept (what was in flight is failed, by its policy); a session's
-//!   actor and an agent loop stop and fail their session with
+//!   restarted with their state kept (what was in flight is failed, by its policy); an agent
+//!   loop stops and fails its session with
 //!   [`Error::ActorFailed`](crate::Error::ActorFailed) naming the actor.
 //!
 //! Panics inside a caller's code (a hook, an observer, the approver, a tool, the model) are

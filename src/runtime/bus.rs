@@ -8,7 +8,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::task::TaskTracker;
 
 use crate::model::bounds::{clamp_timeout, deadline_after, parse_timeout_secs};
@@ -25,8 +25,8 @@ use crate::runtime::mailbox::Mailbox;
 use crate::runtime::metrics::{MetricsReport, MetricsSnapshot, RuntimeMetrics};
 use crate::runtime::observer::{Observer, ObserverActor, ObserverEntry};
 use crate::runtime::registry::{Registry, RegistryMsg};
-use crate::runtime::session::{BusSession, BusSessionConfig, SessionActor};
-use crate::runtime::session_state::{SessionMsg, SessionShared};
+use crate::runtime::session::{BusSession, BusSessionConfig};
+use crate::runtime::session_state::SessionShared;
 use crate::runtime::snapshot::Snapshot;
 use crate::runtime::subscription::Subscription;
 
@@ -255,22 +255,15 @@ impl Bus {
         self.core.subscribe_scoped(subscription, None).await
     }
 
-    /// Opens a session; its events are dispatched by its own actor.
+    /// Opens a session. It has a dispatcher of its own, which runs on the task that
+    /// dispatches (see [`BusSession`]).
     pub async fn open_session(&self, config: BusSessionConfig) -> Result<BusSession, Error> {
         let dispatcher = self.open_dispatcher(config)?;
-        let shared = dispatcher.shared.clone();
-        let (tx, actor) = SessionActor::pair(dispatcher);
-        *shared.mailbox.lock() = Some(tx.downgrade());
-        self.core.spawn(actor);
-        Ok(BusSession {
-            shared,
-            tx,
-            core: self.core.clone(),
-        })
+        Ok(BusSession::new(dispatcher, self.core.clone()))
     }
 
-    /// A dispatcher for a new session, to be driven by the caller's own task (the agent loop).
-    pub(crate) fn open_dispatcher(&self, config: BusSessionConfig) -> Result<Dispatcher, Error> {
+    /// A dispatcher for a new session.
+    fn open_dispatcher(&self, config: BusSessionConfig) -> Result<Dispatcher, Error> {
         self.core.check_running()?;
         let id = config.id.clone().unwrap_or_else(|| {
             format!(
@@ -351,19 +344,9 @@ impl Bus {
             .iter()
             .map(|s| s.value().clone())
             .collect();
-        let closes = open.iter().filter_map(|s| {
-            let tx = s.mailbox.lock().as_ref().and_then(|w| w.upgrade())?;
-            Some(async move {
-                let (reply, rx) = oneshot::channel();
-                let msg = SessionMsg::Close {
-                    reason: "shutdown".to_owned(),
-                    reply,
-                    turn: 0,
-                    step: 0,
-                };
-                tx.send(msg).await.is_ok() && rx.await.is_ok()
-            })
-        });
+        let closes = open
+            .iter()
+            .filter_map(|s| s.closer.get().and_then(|close| close("shutdown")));
         let closed = tokio::time::timeout_at(until, futures_util::future::join_all(closes))
             .await
             .map(|r| r.into_iter().filter(|ok| *ok).count())

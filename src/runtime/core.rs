@@ -1,6 +1,6 @@
 //! The runtime core: configuration, metrics, the published snapshot, the registry's mailbox,
 //! the open sessions, the task tracker, the kill switch and the supervisor — what the
-//! dispatcher, the session actors and the registry share. [`Bus`](crate::Bus) is a thin façade
+//! dispatchers, the sessions and the registry share. [`Bus`](crate::Bus) is a thin façade
 //! over it; nothing in the core knows the façade.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -130,6 +130,22 @@ impl RuntimeCore {
 
     /// Spawns `actor` on the runtime's tracker under its supervisor; shutdown waits for it,
     /// and the kill switch stops it at the deadline (read before every poll, ACT-4).
+    /// Spawns `work` on the runtime of the current context, tracked (shutdown waits for it)
+    /// and stopped by the kill switch; false when there is no runtime to spawn it on.
+    pub fn spawn_task(&self, work: impl std::future::Future<Output = ()> + Send + 'static) -> bool {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let mut kill = self.kill.watch();
+        self.tracker.spawn_on(
+            async move {
+                kill.guard(work).await;
+            },
+            &runtime,
+        );
+        true
+    }
+
     pub fn spawn<A: Actor>(&self, actor: A) {
         actor::spawn(&self.tracker, &self.supervisor, self.kill.watch(), actor);
     }

@@ -1,8 +1,9 @@
 //! The per-session dispatcher (ORD-1 … ORD-5, FL-1 … FL-6).
 //!
-//! Each session owns one [`Dispatcher`], driven by exactly one task (the session actor), so a
-//! session's events are dispatched one after another in sequence-number order while independent
-//! sessions dispatch concurrently over the same immutable registry snapshot (ACT-3). For one event
+//! Each session owns one [`Dispatcher`], behind the session's FIFO lock and driven by the task
+//! that holds it (see [`session`](crate::runtime::session)), so a session's events are
+//! dispatched one after another in sequence-number order while independent sessions dispatch
+//! concurrently over the same immutable registry snapshot (ACT-3). For one event
 //! the dispatcher: loads the snapshot, picks the matching hooks from the event index and their
 //! filters (no message to a hook that does not match), enqueues the event for observers, runs the
 //! hooks in parallel (or as `after` chains / sequentially), and folds the answers in fold order.
@@ -20,16 +21,16 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use serde_json::Value;
 use smallvec::SmallVec;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedMutexGuard};
 use tokio::time::Instant;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::model::action::{Action, Reply};
-use crate::model::error::{ActorFailure, ActorKind};
+use crate::model::error::ActorKind;
 use crate::model::event::{now_ms, Envelope, Event, EventKind, SessionEnd};
-use crate::model::hook::{Hook, HookCx};
+use crate::model::hook::{CallScope, Hook, HookCx};
 use crate::model::outcome::{blocks_chain, fold, reply_decision, Answered, Outcome, RunStatus};
 use crate::runtime::core::{HookFailure, RuntimeCore};
 use crate::runtime::event_log::HookRuns;
@@ -46,6 +47,23 @@ struct Run {
     elapsed: Duration,
 }
 
+/// The tokens of the session's current turn, as a dispatch uses them.
+#[derive(Clone)]
+struct TurnTokens {
+    /// The turn's epoch when they were read.
+    epoch: u64,
+    /// The turn's token: observers get it; firing it ends every wait of the turn.
+    cancel: Arc<CancellationToken>,
+    /// The parent of the tokens hook calls get: a child of the turn's, reused from dispatch to
+    /// dispatch until the turn changes, so a dispatch usually creates none. Nothing but the
+    /// turn's cancellation fires it: each actor hook call gets a child token of its own, which
+    /// its actor fires when the dispatcher stops waiting for it.
+    hooks: Arc<CancellationToken>,
+}
+
+/// Observer enqueues that wait for room in a full mailbox, beside the hooks.
+type Waiting<'a> = Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>;
+
 /// Dispatches one session's events. Not `Clone`: one task drives it.
 pub(crate) struct Dispatcher {
     pub shared: Arc<SessionShared>,
@@ -56,11 +74,8 @@ pub(crate) struct Dispatcher {
     /// registered timer later costs no new registration (and no wake-up of the time driver),
     /// where a fresh timer per hook call would cost both.
     timer: Option<Pin<Box<Sleep>>>,
-    /// The parent of the tokens hook calls get: a child of the turn's, reused from dispatch to
-    /// dispatch until the turn changes, so a dispatch usually creates none. Nothing but the
-    /// turn's cancellation fires it: each actor hook call gets a child token of its own, which
-    /// its actor fires when the dispatcher stops waiting for it.
-    hook_token: Option<(u64, Arc<CancellationToken>)>,
+    /// The turn's tokens, read again only when the turn changed (its epoch moved).
+    turn: Option<TurnTokens>,
     /// The session id's hash: which actor of a sharded hook serves this session.
     shard: u64,
 }
@@ -87,23 +102,14 @@ impl Dispatcher {
             seq: 0,
             closed: false,
             timer: None,
-            hook_token: None,
+            turn: None,
             shard,
         }
     }
 
+    /// Closed by `SessionEnd`, or failed by a panic.
     pub fn is_closed(&self) -> bool {
-        self.closed
-    }
-
-    /// Fails the session after its actor (or agent loop) panicked: later calls get
-    /// [`Error::ActorFailed`](crate::Error::ActorFailed), and the session is forgotten (its
-    /// hooks, observers and scratchpad) without running `SessionEnd`.
-    pub fn fail(&mut self, failure: &ActorFailure) {
-        let _ = self.shared.failure.set(failure.clone());
-        self.closed = true;
-        self.shared.closing.store(true, Ordering::Release);
-        self.bus.forget_session(&self.shared);
+        self.closed || self.shared.failure.get().is_some()
     }
 
     fn snapshot(&self) -> Arc<Snapshot> {
@@ -131,56 +137,66 @@ impl Dispatcher {
         env
     }
 
-    /// Dispatches one event and returns the folded outcome.
-    pub async fn dispatch(&mut self, event: Event, turn: u32, step: u32) -> Box<Outcome> {
-        if event.kind() == EventKind::SessionEnd {
-            let reason = match &event {
-                Event::SessionEnd(SessionEnd { reason }) => reason.clone(),
-                _ => String::new(),
-            };
-            return Box::pin(self.close(&reason, turn, step)).await;
+    /// The turn's tokens, read under the turn's lock only when the turn changed.
+    fn tokens(&mut self) -> TurnTokens {
+        let epoch = self.shared.turn_epoch();
+        if let Some(turn) = self.turn.as_ref().filter(|t| t.epoch == epoch) {
+            return turn.clone();
         }
-        let env = self.envelope(event, turn, step);
-        // Hooks and observers run under this span (actors instrument each delivery with it),
-        // so their own logs nest under the dispatch that caused them. Free when nobody listens.
-        let span = tracing::debug_span!(
-            "dispatch",
-            event = %env.kind(),
-            session = %env.session_id,
-            seq = env.seq
-        );
-        let snapshot = self.snapshot();
-        self.count(&env);
         let (cancel, epoch) = self.shared.turn();
-        let token = match self.hook_token.take() {
-            Some((e, t)) if e == epoch => t,
-            _ => Arc::new(cancel.child_token()),
+        let hooks = Arc::new(cancel.child_token());
+        let turn = TurnTokens {
+            epoch,
+            cancel,
+            hooks,
         };
-        self.hook_token = Some((epoch, token.clone()));
-        let mut timer = self
-            .timer
-            .take()
-            .unwrap_or_else(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
-        let outcome = {
-            // Pinned where it is, then instrumented by reference: moving the join's state into
-            // the span's wrapper would copy it on every dispatch.
-            let gates = self.run_gates(&snapshot, &env, (&cancel, epoch, &token), &mut timer);
-            let mut gates = std::pin::pin!(gates);
-            // Observers are enqueued beside the gates (a full mailbox must not delay them);
-            // with none subscribed there is nothing to join.
-            if snapshot.obs_by_event[env.kind().index()].is_empty() {
-                gates.as_mut().instrument(span).await
-            } else {
-                let observe = self.notify_observers(&snapshot, &env, &cancel);
-                let ((), outcome) = async { tokio::join!(observe, gates) }
-                    .instrument(span)
-                    .await;
-                outcome
+        self.turn = Some(turn.clone());
+        turn
+    }
+
+    /// Polls a parallel join: ready when every hook answered, timed out or was cancelled, and
+    /// every observer took the event. One timer serves every deadline: a hook past its
+    /// deadline is dropped (its reply slot closes, so its actor stops the call) and recorded
+    /// as timed out. A cancelled turn ends the wait for every hook still running: their tokens
+    /// fired already (they are the turn's children); a timed-out actor hook's own token is
+    /// fired by its actor when its reply slot closes.
+    fn poll_join(
+        &self,
+        wait: &mut JoinWait<'_, '_>,
+        env: &Envelope,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
+        if let Some(w) = wait.waiting.as_mut() {
+            if w.as_mut().poll(cx).is_ready() {
+                wait.waiting = None;
+            }
+        }
+        let join = &mut wait.join;
+        let hooks_done = join.pending == 0 || {
+            self.collect_answers(join, env, cx);
+            join.pending == 0 || {
+                // Registered before the check: a `cancel_turn` after it wakes this task.
+                self.shared.turn_waker.register(cx.waker());
+                if self.shared.turn_cancelled_since(wait.epoch) {
+                    join.cancel_all();
+                    true
+                } else {
+                    let timer = wait
+                        .timer
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
+                    if !wait.armed {
+                        wait.armed = true;
+                        timer.as_mut().reset(join.first_deadline());
+                    }
+                    self.expire(join, env, timer, cx).is_ready()
+                }
             }
         };
-        self.timer = Some(timer);
-        self.record_runs(&env, &outcome);
-        outcome
+        if hooks_done && wait.waiting.is_none() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 
     /// Hands what the hooks did with this event to the session's log, when anyone keeps or
@@ -308,102 +324,58 @@ impl Dispatcher {
         join_all(waits).await;
     }
 
+    /// Enqueues the event for every observer that wants it, where there is room; what waits
+    /// for room in a full mailbox comes back as one future.
+    fn offer_observers<'a>(
+        &'a self,
+        snapshot: &'a Snapshot,
+        env: &Arc<Envelope>,
+        cancel: &Arc<CancellationToken>,
+    ) -> Waiting<'a> {
+        let indices = &snapshot.obs_by_event[env.kind().index()];
+        if indices.is_empty() {
+            return None;
+        }
+        let mut scope = None;
+        let mut full = Vec::new();
+        for &i in indices {
+            let obs = &snapshot.observers[i];
+            if !obs.wants(env) {
+                continue;
+            }
+            let scope = scope.get_or_insert_with(|| {
+                CallScope::new(env.clone(), self.shared.scratchpad.clone(), cancel.clone())
+            });
+            let delivery = Delivery {
+                cx: HookCx::scoped(scope),
+                reply: None,
+                span: tracing::Span::current(),
+            };
+            if let Some(msg) = obs.offer(delivery, &self.bus.metrics) {
+                full.push((i, msg));
+            }
+        }
+        if full.is_empty() {
+            return None;
+        }
+        let metrics = &self.bus.metrics;
+        Some(Box::pin(async move {
+            for (i, msg) in full {
+                snapshot.observers[i].wait_for_room(msg, metrics).await;
+            }
+        }))
+    }
+
+    /// Enqueues the event for every observer that wants it, waiting for room where needed.
     async fn notify_observers(
         &self,
         snapshot: &Snapshot,
         env: &Arc<Envelope>,
         cancel: &Arc<CancellationToken>,
     ) {
-        let indices = &snapshot.obs_by_event[env.kind().index()];
-        for &i in indices {
-            let obs = &snapshot.observers[i];
-            if !obs.wants(env) {
-                continue;
-            }
-            let delivery = Delivery {
-                cx: HookCx::new(env.clone(), self.shared.scratchpad.clone(), cancel.clone()),
-                reply: None,
-                span: tracing::Span::current(),
-            };
-            obs.enqueue(delivery, &self.bus.metrics).await;
+        if let Some(waiting) = self.offer_observers(snapshot, env, cancel) {
+            waiting.await;
         }
-    }
-
-    async fn run_gates(
-        &self,
-        snapshot: &Snapshot,
-        env: &Arc<Envelope>,
-        (cancel, epoch, token): (&CancellationToken, u64, &Arc<CancellationToken>),
-        timer: &mut Pin<Box<Sleep>>,
-    ) -> Box<Outcome> {
-        let matched = matching(snapshot, env);
-        if matched.is_empty() {
-            return self.fold(snapshot, env, &matched, Vec::new());
-        }
-        let kind = env.kind();
-        let sequential = self.bus.config.sequential[kind.index()];
-        let chained = sequential
-            || (snapshot.has_deps && matched.iter().any(|&i| !snapshot.deps[i].is_empty()));
-        let runs = if !chained {
-            self.run_parallel(snapshot, env, &matched, (cancel, epoch, token), timer)
-                .await
-        } else {
-            // Boxed: chains are the rare path; they should not grow the parallel one.
-            Box::pin(self.run_chains(snapshot, env, &matched, sequential, cancel)).await
-        };
-        self.fold(snapshot, env, &matched, runs)
-    }
-
-    /// Runs independent hooks together (ORD-2) in one join on this task: actor hooks are sent
-    /// their delivery at once and awaited on their reply slots, inline hooks are polled here.
-    /// One timer serves every deadline; a hook past its deadline is dropped (its reply slot
-    /// closes, so its actor drops the call) and recorded as timed out; a cancelled turn ends
-    /// the wait for every hook still running. Each actor hook call's token is its own, a child
-    /// of the turn's: it fires when that call timed out (its actor fires it, then gives the call
-    /// [`CANCEL_GRACE`](crate::CANCEL_GRACE)) or when the turn was cancelled.
-    async fn run_parallel(
-        &self,
-        snapshot: &Snapshot,
-        env: &Arc<Envelope>,
-        matched: &[usize],
-        (cancel, epoch, token): (&CancellationToken, u64, &Arc<CancellationToken>),
-        timer: &mut Pin<Box<Sleep>>,
-    ) -> Vec<Run> {
-        // Inline hooks borrow their context from here while they run on this task.
-        let inline_cxs: SmallVec<[HookCx; 4]> = matched
-            .iter()
-            .filter(|&&i| matches!(snapshot.hooks[i].target, Target::Inline(_)))
-            .map(|_| self.cx(env, token))
-            .collect();
-        let mut join = self.start_all(snapshot, env, matched, token, &inline_cxs);
-        if join.pending > 0 {
-            timer.as_mut().reset(join.first_deadline());
-            // Joined once (to be woken); later checks read the session's turn epoch.
-            let turn_cancelled = cancel.cancelled();
-            tokio::pin!(turn_cancelled);
-            let mut armed = false;
-            std::future::poll_fn(|cx| {
-                self.collect_answers(&mut join, env, cx);
-                if join.pending == 0 {
-                    return Poll::Ready(());
-                }
-                let cancelled = self.shared.turn_cancelled_since(epoch)
-                    || (!armed && {
-                        armed = true;
-                        turn_cancelled.as_mut().poll(cx).is_ready()
-                    });
-                if cancelled {
-                    join.cancel_all();
-                    return Poll::Ready(());
-                }
-                self.expire(&mut join, env, timer, cx)
-            })
-            .await;
-            // A cancelled turn fired every hook's token already (they are its children); a
-            // timed-out actor hook's own token is fired by its actor when its reply slot
-            // closes here. The shared token stays: other dispatches' work keeps running.
-        }
-        join.into_runs()
     }
 
     /// Starts every matched hook: actor hooks get their delivery, inline hooks their first
@@ -411,29 +383,24 @@ impl Dispatcher {
     fn start_all<'a>(
         &self,
         snapshot: &'a Snapshot,
-        env: &Arc<Envelope>,
+        scope: &Arc<CallScope>,
         matched: &'a [usize],
-        token: &Arc<CancellationToken>,
-        inline_cxs: &'a [HookCx],
+        inline_cx: &'a HookCx,
     ) -> Join<'a> {
-        let mut inline_cxs = inline_cxs.iter();
         let mut join = Join {
             snapshot,
             matched,
             started: Instant::now(),
             flights: SmallVec::with_capacity(matched.len()),
-            runs: Vec::with_capacity(matched.len()),
+            runs: SmallVec::with_capacity(matched.len()),
             pending: 0,
         };
         for &i in matched {
             let entry = &snapshot.hooks[i];
             let flight = match &entry.target {
-                Target::Inline(hook) => match inline_cxs.next() {
-                    Some(cx) => self.start_inline(entry, hook.as_ref(), cx),
-                    None => Err(RunStatus::ReplyDropped),
-                },
+                Target::Inline(hook) => self.start_inline(entry, hook.as_ref(), inline_cx),
                 Target::Actor(_) | Target::Sharded(_) => match entry.target.mailbox(self.shard) {
-                    Some(tx) => self.start_actor(entry, tx, env, token),
+                    Some(tx) => self.start_actor(entry, tx, scope),
                     None => Err(RunStatus::ReplyDropped),
                 },
             };
@@ -505,10 +472,6 @@ impl Dispatcher {
         Poll::Pending
     }
 
-    fn cx(&self, env: &Arc<Envelope>, token: &Arc<CancellationToken>) -> HookCx {
-        HookCx::new(env.clone(), self.shared.scratchpad.clone(), token.clone())
-    }
-
     /// Counts a call, or says it is skipped (open circuit).
     fn admit(&self, entry: &HookEntry) -> Result<(), RunStatus> {
         let metrics = &self.bus.metrics;
@@ -526,13 +489,12 @@ impl Dispatcher {
         &self,
         entry: &HookEntry,
         tx: &mpsc::Sender<Delivery>,
-        env: &Arc<Envelope>,
-        token: &Arc<CancellationToken>,
+        scope: &Arc<CallScope>,
     ) -> Result<InFlight<'static>, RunStatus> {
         self.admit(entry)?;
         let (slot, rx) = ReplySlot::new();
         let delivery = Delivery {
-            cx: self.cx(env, token),
+            cx: HookCx::scoped(scope),
             reply: Some(slot),
             span: tracing::Span::current(),
         };
@@ -760,13 +722,17 @@ impl Dispatcher {
         blocked
     }
 
-    fn fold(
+    fn fold<I>(
         &self,
         snapshot: &Snapshot,
         env: &Envelope,
         matched: &[usize],
-        runs: Vec<Run>,
-    ) -> Box<Outcome> {
+        runs: I,
+    ) -> Box<Outcome>
+    where
+        I: IntoIterator<Item = Run>,
+        I::IntoIter: ExactSizeIterator,
+    {
         let kind = env.kind();
         let answers = matched.iter().zip(runs).map(|(&i, run)| {
             let entry = &snapshot.hooks[i];
@@ -804,15 +770,16 @@ impl Dispatcher {
     ) -> Run {
         let started = Instant::now();
         let token = Arc::new(parent.child_token());
+        let scope = CallScope::new(env.clone(), self.shared.scratchpad.clone(), token.clone());
         // An inline hook borrows its context from here while it runs.
         let cx;
         let flight = match &entry.target {
             Target::Inline(hook) => {
-                cx = self.cx(&env, &token);
+                cx = HookCx::scoped(&scope);
                 self.start_inline(entry, hook.as_ref(), &cx)
             }
             Target::Actor(_) | Target::Sharded(_) => match entry.target.mailbox(self.shard) {
-                Some(tx) => self.start_actor(entry, tx, &env, &token),
+                Some(tx) => self.start_actor(entry, tx, &scope),
                 None => Err(RunStatus::ReplyDropped),
             },
         };
@@ -838,6 +805,103 @@ impl Dispatcher {
             Ok(answer) => self.finish(entry, &env, answer, elapsed),
         }
     }
+}
+
+/// Dispatches one event and returns the folded outcome.
+///
+/// One `async fn` over the session's owned lock, with no nested ones on the hot path: the matched hooks are started, then
+/// joined in one `poll_fn`, then folded, so the dispatch's state is built in place rather
+/// than copied from layer to layer.
+pub(crate) async fn dispatch(
+    mut this: OwnedMutexGuard<Dispatcher>,
+    event: Event,
+    turn: u32,
+    step: u32,
+) -> Box<Outcome> {
+    let this: &mut Dispatcher = &mut this;
+    if let Event::SessionEnd(SessionEnd { reason }) = &event {
+        let reason = reason.clone();
+        return Box::pin(this.close(&reason, turn, step)).await;
+    }
+    let env = this.envelope(event, turn, step);
+    // Hooks and observers run under this span (actors instrument each delivery with it),
+    // so their own logs nest under the dispatch that caused them. Free when nobody listens.
+    let span = tracing::debug_span!(
+        "dispatch",
+        event = %env.kind(),
+        session = %env.session_id,
+        seq = env.seq
+    );
+    let snapshot = this.snapshot();
+    this.count(&env);
+    let turn = this.tokens();
+    let mut timer = this.timer.take();
+    let matched = matching(&snapshot, &env);
+    // Observers take the event now where their mailbox has room; a full one is waited on
+    // beside the hooks (a full mailbox must not delay them).
+    let waiting = span.in_scope(|| this.offer_observers(&snapshot, &env, &turn.cancel));
+    let sequential = this.bus.config.sequential[env.kind().index()];
+    let chained =
+        sequential || (snapshot.has_deps && matched.iter().any(|&i| !snapshot.deps[i].is_empty()));
+    let outcome = if chained && !matched.is_empty() {
+        // Boxed: chains are the rare path; they should not grow the parallel one.
+        let chains = this.run_chains(&snapshot, &env, &matched, sequential, &turn.cancel);
+        let runs = Box::pin(
+            async move {
+                match waiting {
+                    Some(w) => futures_util::future::join(w, chains).await.1,
+                    None => chains.await,
+                }
+            }
+            .instrument(span),
+        )
+        .await;
+        this.fold(&snapshot, &env, &matched, runs)
+    } else {
+        // Independent hooks run together (ORD-2): actor hooks are sent their delivery at
+        // once and awaited on their reply slots, inline hooks are polled here, borrowing
+        // one context.
+        let scope = CallScope::new(
+            env.clone(),
+            this.shared.scratchpad.clone(),
+            turn.hooks.clone(),
+        );
+        let inline_cx = HookCx::scoped(&scope);
+        let mut wait = JoinWait {
+            join: span.in_scope(|| this.start_all(&snapshot, &scope, &matched, &inline_cx)),
+            waiting,
+            timer: timer.take(),
+            armed: false,
+            epoch: turn.epoch,
+        };
+        std::future::poll_fn(|cx| this.poll_join(&mut wait, &env, cx))
+            .instrument(span)
+            .await;
+        let JoinWait {
+            join,
+            timer: used,
+            waiting,
+            ..
+        } = wait;
+        drop(waiting);
+        timer = used;
+        this.fold(&snapshot, &env, &matched, join.into_runs())
+    };
+    this.timer = timer;
+    this.record_runs(&env, &outcome);
+    outcome
+}
+
+/// A parallel join while it waits: the hooks, the observers waiting for room, and the
+/// session's one timer.
+struct JoinWait<'a, 'w> {
+    join: Join<'a>,
+    waiting: Waiting<'w>,
+    timer: Option<Pin<Box<Sleep>>>,
+    /// Whether the timer was set for this join yet.
+    armed: bool,
+    /// The turn's epoch at the start: a later one means the turn was cancelled.
+    epoch: u64,
 }
 
 /// One hook call in flight in a parallel join.
@@ -890,7 +954,7 @@ struct Join<'a> {
     started: Instant,
     flights: SmallVec<[InFlight<'a>; 4]>,
     /// In `matched` order; `None` while the hook runs.
-    runs: Vec<Option<Run>>,
+    runs: SmallVec<[Option<Run>; 4]>,
     pending: usize,
 }
 
@@ -926,18 +990,15 @@ impl Join<'_> {
 
     /// The runs in `matched` order (dropping the flights closes the reply slots of the hooks
     /// that did not answer).
-    fn into_runs(self) -> Vec<Run> {
+    fn into_runs(self) -> impl ExactSizeIterator<Item = Run> {
         drop(self.flights);
-        self.runs
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or(Run {
-                    status: RunStatus::ReplyDropped,
-                    reply: None,
-                    elapsed: Duration::ZERO,
-                })
+        self.runs.into_iter().map(|r| {
+            r.unwrap_or(Run {
+                status: RunStatus::ReplyDropped,
+                reply: None,
+                elapsed: Duration::ZERO,
             })
-            .collect()
+        })
     }
 }
 

@@ -59,12 +59,12 @@ pub(crate) async fn serve(hook: &dyn Hook, cx: &HookCx) -> Answer {
 
 /// One delivery: skipped if nobody waits any more; dropped when the dispatcher stops waiting
 /// (the hook timed out, or the turn was cancelled), which it learns from the reply slot.
-async fn serve_delivery(hook: Arc<dyn Hook>, delivery: Delivery) {
+async fn serve_delivery(hook: &dyn Hook, delivery: Delivery) {
     let Delivery { cx, reply, span } = delivery;
     serve_in(hook, cx, reply).instrument(span).await
 }
 
-async fn serve_in(hook: Arc<dyn Hook>, cx: HookCx, reply: Option<ReplySlot>) {
+async fn serve_in(hook: &dyn Hook, cx: HookCx, reply: Option<ReplySlot>) {
     match reply {
         Some(mut slot) => {
             if slot.is_closed() {
@@ -73,7 +73,7 @@ async fn serve_in(hook: Arc<dyn Hook>, cx: HookCx, reply: Option<ReplySlot>) {
             // The call's own token: firing it when the dispatcher stops waiting stops this
             // call alone, not the other hooks of the dispatch.
             let cx = cx.with_own_token();
-            let call = serve(hook.as_ref(), &cx);
+            let call = serve(hook, &cx);
             tokio::pin!(call);
             // The call first: most answer at once, before the slot is even looked at.
             tokio::select! {
@@ -90,7 +90,7 @@ async fn serve_in(hook: Arc<dyn Hook>, cx: HookCx, reply: Option<ReplySlot>) {
             }
         }
         None => {
-            let _ = serve(hook.as_ref(), &cx).await;
+            let _ = serve(hook, &cx).await;
         }
     }
 }
@@ -139,12 +139,20 @@ impl Actor for HookActor {
         let limit = *limit;
         let mut inflight = FuturesUnordered::new();
         let mut open = true;
+        // Calls borrow the hook from here: the actor outlives every call it holds.
+        let hook: &dyn Hook = hook.as_ref();
         std::future::poll_fn(|cx| loop {
-            while let Poll::Ready(Some(())) = inflight.poll_next_unpin(cx) {}
+            // Polled only when it holds calls: polling registers the task's waker each time.
+            while !inflight.is_empty() {
+                if let Poll::Ready(Some(())) = inflight.poll_next_unpin(cx) {
+                    continue;
+                }
+                break;
+            }
             if open && inflight.len() < limit {
                 match rx.poll_recv(cx) {
                     Poll::Ready(Some(delivery)) => {
-                        let mut call = Box::pin(serve_delivery(hook.clone(), delivery));
+                        let mut call = Box::pin(serve_delivery(hook, delivery));
                         if call.as_mut().poll(cx).is_pending() {
                             inflight.push(call);
                         }

@@ -123,7 +123,7 @@ pub struct MetricsSnapshot {
 pub struct ActorPanics {
     /// The registry actor.
     pub registry: u64,
-    /// Session actors.
+    /// Sessions' dispatchers.
     pub session: u64,
     /// Hook actors and hook calls.
     pub hook: u64,

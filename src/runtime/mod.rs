@@ -1,5 +1,5 @@
 //! The actor runtime: the [`Bus`] façade over the runtime core, the registry actor that
-//! publishes immutable snapshots, each session's actor and its dispatcher (parallel join,
+//! publishes immutable snapshots, each session and its dispatcher (parallel join,
 //! sequential chain, session close, fold), the hook and observer actors, user mailboxes, the
 //! event log and the metrics.
 //!

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
-use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::mpsc::{
+    self,
+    error::{SendTimeoutError, TrySendError},
+};
 use tracing::Instrument;
 
 use crate::model::error::ActorKind;
@@ -163,31 +166,42 @@ impl ObserverEntry {
         }
     }
 
-    /// Enqueues without waiting when there is room; otherwise waits at most the enqueue limit.
-    pub async fn enqueue(&self, delivery: Delivery, metrics: &RuntimeMetrics) {
-        let env = delivery.cx.envelope().clone();
-        let count_drop = |why: &str| self.count_drop(metrics, &env, why);
-        let msg = match self.tx.try_send(ObserverMsg::Event(delivery)) {
+    /// Enqueues without waiting: `None` when the event was taken, or dropped and counted (a
+    /// closed mailbox, or a full one while congested); else the message back, for
+    /// [`wait_for_room`](Self::wait_for_room).
+    pub fn offer(&self, delivery: Delivery, metrics: &RuntimeMetrics) -> Option<ObserverMsg> {
+        match self.tx.try_send(ObserverMsg::Event(delivery)) {
             Ok(()) => {
                 self.congested.store(false, Ordering::Relaxed);
-                return;
+                None
             }
-            Err(TrySendError::Closed(_)) => {
-                count_drop("mailbox closed");
-                return;
+            Err(TrySendError::Closed(msg)) => {
+                self.count_drop_msg(metrics, &msg, "mailbox closed");
+                None
             }
-            Err(TrySendError::Full(msg)) => msg,
-        };
-        if self.congested.load(Ordering::Relaxed) {
-            count_drop("mailbox full (congested)");
-            return;
+            Err(TrySendError::Full(msg)) if self.congested.load(Ordering::Relaxed) => {
+                self.count_drop_msg(metrics, &msg, "mailbox full (congested)");
+                None
+            }
+            Err(TrySendError::Full(msg)) => Some(msg),
         }
-        match self.tx.send_timeout(msg, self.options.enqueue_wait).await {
-            Ok(()) => {}
-            Err(_) => {
-                self.congested.store(true, Ordering::Relaxed);
-                count_drop("enqueue limit reached");
-            }
+    }
+
+    /// Waits at most the enqueue limit for room in the mailbox; past it, the event is dropped
+    /// and counted, and the observer is congested until an event fits again.
+    pub async fn wait_for_room(&self, msg: ObserverMsg, metrics: &RuntimeMetrics) {
+        if let Err(e) = self.tx.send_timeout(msg, self.options.enqueue_wait).await {
+            self.congested.store(true, Ordering::Relaxed);
+            let msg = match e {
+                SendTimeoutError::Timeout(msg) | SendTimeoutError::Closed(msg) => msg,
+            };
+            self.count_drop_msg(metrics, &msg, "enqueue limit reached");
+        }
+    }
+
+    fn count_drop_msg(&self, metrics: &RuntimeMetrics, msg: &ObserverMsg, why: &str) {
+        if let ObserverMsg::Event(delivery) = msg {
+            self.count_drop(metrics, delivery.cx.envelope(), why);
         }
     }
 

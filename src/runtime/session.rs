@@ -1,98 +1,211 @@
-//! Sessions: the [`BusSession`] handle and the session actor that owns the session's
-//! [`Dispatcher`](crate::runtime::dispatch::Dispatcher).
+//! Sessions: the [`BusSession`] handle, and how a session's [`Dispatcher`] is driven.
+//!
+//! A session's dispatcher is its own (ACT-3: each session has its own dispatcher over the
+//! shared snapshot) and runs on the session's task: the task that holds the handle and
+//! dispatches (the agent loop, or the embedder's own task). Its dispatches are serialized by
+//! the session's FIFO lock, so they are numbered and delivered in order (ORD-1) however many
+//! clones of the handle dispatch at once. Running it where it is awaited spares every event a
+//! hop to another task and back, and inline hooks are then polled on the caller's task itself.
+//!
+//! A dispatch, once started, runs to its end: if the caller stops waiting for it (its future is
+//! dropped, e.g. under a timeout), the rest of it moves to a task of its own on the runtime, so
+//! every hook and observer still sees the event, in order, and the next dispatch waits for it.
+//! Dropping the last handle ends the session with `SessionEnd` (reason `other`) on such a task
+//! (ACT-5). A panic in the dispatcher fails the session: later calls get
+//! [`Error::ActorFailed`] naming it, as for an actor that stopped.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 
-use tokio::sync::{mpsc, oneshot};
+use futures_util::FutureExt;
+use tokio::sync::Mutex;
 
 use crate::model::error::{ActorFailure, ActorKind, Error};
 use crate::model::event::Event;
 use crate::model::hook::Hook;
 use crate::model::outcome::Outcome;
 use crate::model::scratchpad::Scratchpad;
-use crate::runtime::actor::{Actor, OnPanic};
 use crate::runtime::core::RuntimeCore;
-use crate::runtime::dispatch::Dispatcher;
+use crate::runtime::dispatch::{self, Dispatcher};
 use crate::runtime::event_log::{EventStream, HistoryStats, HookRunStream};
 use crate::runtime::mailbox::Mailbox;
 pub use crate::runtime::session_state::BusSessionConfig;
-use crate::runtime::session_state::{SessionMsg, SessionShared};
+use crate::runtime::session_state::{Closer, SessionShared};
 use crate::runtime::subscription::Subscription;
+use crate::sys::panics::{contained, panic_message};
 
-/// How many messages a session's mailbox holds.
-const SESSION_MAILBOX: usize = 64;
+/// A session's dispatcher behind its FIFO lock: whoever holds the lock dispatches.
+pub(crate) type SessionLock = Mutex<Dispatcher>;
 
-/// The session actor: dispatches its session's events one at a time, in order. Closing ends
-/// it; so does dropping every handle (with `SessionEnd` reason `other`), or the kill switch.
-/// A panic stops it and fails the session: its callers get [`Error::ActorFailed`].
-pub(crate) struct SessionActor {
-    dispatcher: Dispatcher,
-    rx: mpsc::Receiver<SessionMsg>,
+/// What one turn of the session's lock does.
+pub(crate) enum SessionOp {
+    /// Dispatch one event.
+    Dispatch { event: Event, turn: u32, step: u32 },
+    /// End the session with `SessionEnd`.
+    Close {
+        reason: String,
+        turn: u32,
+        step: u32,
+    },
+    /// Panics in the dispatcher (tests of its supervision).
+    #[cfg(test)]
+    Panic,
 }
 
-impl SessionActor {
-    /// The session's mailbox and its actor, not yet spawned.
-    pub fn pair(dispatcher: Dispatcher) -> (mpsc::Sender<SessionMsg>, SessionActor) {
-        let (tx, rx) = mpsc::channel(SESSION_MAILBOX);
-        (tx, SessionActor { dispatcher, rx })
+/// One operation on a session's dispatcher, with its panics caught: a panic fails the session
+/// (later calls get [`Error::ActorFailed`], the session is forgotten without `SessionEnd`) and
+/// is reported, as for an actor that stopped.
+struct Guarded {
+    work: Pin<Box<dyn Future<Output = Box<Outcome>> + Send>>,
+    shared: Arc<SessionShared>,
+    core: Arc<RuntimeCore>,
+}
+
+impl Guarded {
+    fn fail(&self, message: String) {
+        let failure = ActorFailure {
+            kind: ActorKind::Session,
+            name: self.shared.id.clone(),
+            message,
+            serving: false,
+        };
+        let _ = self.shared.failure.set(failure.clone());
+        self.shared.closing.store(true, Ordering::Release);
+        self.core.forget_session(&self.shared);
+        if let Some(log) = self.shared.log.get() {
+            log.close();
+        }
+        self.core.supervisor.report(failure);
     }
 }
 
-impl Actor for SessionActor {
-    const KIND: ActorKind = ActorKind::Session;
-    const ON_PANIC: OnPanic = OnPanic::Stop;
+impl Future for Guarded {
+    /// `None` when the dispatcher panicked.
+    type Output = Option<Box<Outcome>>;
 
-    fn name(&self) -> String {
-        self.dispatcher.shared.id.clone()
-    }
-
-    async fn run(&mut self) {
-        loop {
-            let msg = self.rx.recv().await;
-            // Boxed per message: an idle session then holds only its mailbox and dispatcher,
-            // not the room a dispatch in progress needs (issue: idle_session_bytes).
-            if Box::pin(serve(&mut self.dispatcher, msg)).await {
-                return;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let work = &mut self.work;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| contained(|| work.as_mut().poll(cx)))) {
+            Ok(poll) => poll.map(Some),
+            Err(panic) => {
+                self.fail(panic_message(panic.as_ref()));
+                Poll::Ready(None)
             }
         }
     }
+}
 
-    fn failed(&mut self, failure: &ActorFailure) {
-        self.dispatcher.fail(failure);
-        self.rx.close();
+/// Takes the session's lock and runs `op` to its end; `Err(())` when the session is already
+/// closed or failed, `Ok(None)` when the dispatcher panicked.
+pub(crate) async fn run_op(
+    lock: Arc<SessionLock>,
+    core: &Arc<RuntimeCore>,
+    op: SessionOp,
+) -> Result<Option<Box<Outcome>>, ()> {
+    let dispatcher = lock.lock_owned().await;
+    if dispatcher.is_closed() {
+        return Err(());
+    }
+    let shared = dispatcher.shared.clone();
+    let work: Pin<Box<dyn Future<Output = Box<Outcome>> + Send>> = match op {
+        SessionOp::Dispatch { event, turn, step } => {
+            Box::pin(dispatch::dispatch(dispatcher, event, turn, step))
+        }
+        SessionOp::Close { reason, turn, step } => {
+            let mut dispatcher = dispatcher;
+            Box::pin(async move { dispatcher.close(&reason, turn, step).await })
+        }
+        #[cfg(test)]
+        SessionOp::Panic => Box::pin(async move {
+            let _held = dispatcher;
+            panic!("session dispatcher fault injected")
+        }),
+    };
+    Ok(ToTheEnd {
+        work: Some(Guarded {
+            work,
+            shared,
+            core: core.clone(),
+        }),
+    }
+    .await)
+}
+
+/// Work that finishes even when its caller stops waiting: dropped before it is done, it moves
+/// to a task of its own on the runtime (tracked, so shutdown waits for it or kills it).
+struct ToTheEnd {
+    work: Option<Guarded>,
+}
+
+impl Future for ToTheEnd {
+    type Output = Option<Box<Outcome>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(work) = self.work.as_mut() else {
+            return Poll::Pending;
+        };
+        let out = std::task::ready!(Pin::new(work).poll(cx));
+        self.work = None;
+        Poll::Ready(out)
     }
 }
 
-/// Serves one message; true when the session is over.
-async fn serve(dispatcher: &mut Dispatcher, msg: Option<SessionMsg>) -> bool {
-    match msg {
-        Some(SessionMsg::Dispatch {
-            event,
-            turn,
-            step,
-            reply,
-        }) => {
-            let outcome = dispatcher.dispatch(*event, turn, step).await;
-            let _ = reply.send(outcome);
-            dispatcher.is_closed()
+impl Drop for ToTheEnd {
+    fn drop(&mut self) {
+        if let Some(work) = self.work.take() {
+            let core = work.core.clone();
+            core.spawn_task(async move {
+                work.await;
+            });
         }
-        Some(SessionMsg::Close {
-            reason,
-            turn,
-            step,
-            reply,
-        }) => {
-            // Boxed: the rare path should not grow the hot dispatch future.
-            let outcome = Box::pin(dispatcher.close(&reason, turn, step)).await;
-            let _ = reply.send(outcome);
-            true
+    }
+}
+
+/// How shutdown reaches the session's dispatcher without keeping it (or the runtime) alive.
+fn closer(lock: Weak<SessionLock>, core: Weak<RuntimeCore>) -> Closer {
+    Box::new(move |reason: &str| {
+        let (lock, core) = (lock.upgrade()?, core.upgrade()?);
+        let close = SessionOp::Close {
+            reason: reason.to_owned(),
+            turn: 0,
+            step: 0,
+        };
+        Some(Box::pin(async move {
+            matches!(run_op(lock, &core, close).await, Ok(Some(_)))
+        }))
+    })
+}
+
+/// What the last handle of a session owns: dropping it ends the session (ACT-5).
+struct LastHandle {
+    lock: Arc<SessionLock>,
+    core: Arc<RuntimeCore>,
+}
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        let lock = self.lock.clone();
+        let core = self.core.clone();
+        let spawned = self.core.spawn_task(async move {
+            let close = SessionOp::Close {
+                reason: "other".to_owned(),
+                turn: 0,
+                step: 0,
+            };
+            let _ = run_op(lock, &core, close).await;
+        });
+        if !spawned {
+            // No runtime to run `SessionEnd` on: the session is forgotten without it.
+            if let Ok(dispatcher) = self.lock.try_lock() {
+                if !dispatcher.is_closed() {
+                    self.core.forget_session(&dispatcher.shared);
+                }
+            }
         }
-        None => {
-            Box::pin(dispatcher.close("other", 0, 0)).await;
-            true
-        }
-        #[cfg(test)]
-        Some(SessionMsg::Panic) => panic!("session actor fault injected"),
     }
 }
 
@@ -101,11 +214,38 @@ async fn serve(dispatcher: &mut Dispatcher, msg: Option<SessionMsg>) -> bool {
 #[derive(Clone)]
 pub struct BusSession {
     pub(crate) shared: Arc<SessionShared>,
-    pub(crate) tx: mpsc::Sender<SessionMsg>,
     pub(crate) core: Arc<RuntimeCore>,
+    handle: Arc<LastHandle>,
 }
 
 impl BusSession {
+    /// A handle to the session `dispatcher` serves.
+    pub(crate) fn new(dispatcher: Dispatcher, core: Arc<RuntimeCore>) -> Self {
+        let shared = dispatcher.shared.clone();
+        let lock = Arc::new(Mutex::new(dispatcher));
+        let _ = shared
+            .closer
+            .set(closer(Arc::downgrade(&lock), Arc::downgrade(&core)));
+        BusSession {
+            shared,
+            handle: Arc::new(LastHandle {
+                lock,
+                core: core.clone(),
+            }),
+            core,
+        }
+    }
+
+    /// Runs `op` on the session's dispatcher, in turn with the other calls on this session.
+    /// (Plain functions returning the future, down to `run_op`: each `async fn` layer would
+    /// copy the one inside it.)
+    fn run(&self, op: SessionOp) -> impl Future<Output = Result<Outcome, Error>> + Send + '_ {
+        run_op(self.handle.lock.clone(), &self.core, op).map(move |done| match done {
+            Ok(Some(outcome)) => Ok(*outcome),
+            Ok(None) | Err(()) => Err(self.closed()),
+        })
+    }
+
     /// The session's id.
     pub fn id(&self) -> &str {
         &self.shared.id
@@ -117,23 +257,21 @@ impl BusSession {
     }
 
     /// Dispatches an event (turn and step 0) and returns the folded outcome.
-    pub async fn dispatch(&self, event: Event) -> Result<Outcome, Error> {
-        self.dispatch_at(event, 0, 0).await
+    pub fn dispatch(
+        &self,
+        event: Event,
+    ) -> impl Future<Output = Result<Outcome, Error>> + Send + '_ {
+        self.dispatch_at(event, 0, 0)
     }
 
     /// Dispatches an event at a turn and step.
-    pub async fn dispatch_at(&self, event: Event, turn: u32, step: u32) -> Result<Outcome, Error> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(SessionMsg::Dispatch {
-                event: Box::new(event),
-                turn,
-                step,
-                reply,
-            })
-            .await
-            .map_err(|_| self.closed())?;
-        rx.await.map(|outcome| *outcome).map_err(|_| self.closed())
+    pub fn dispatch_at(
+        &self,
+        event: Event,
+        turn: u32,
+        step: u32,
+    ) -> impl Future<Output = Result<Outcome, Error>> + Send + '_ {
+        self.run(SessionOp::Dispatch { event, turn, step })
     }
 
     /// Ends the session: `SessionEnd` with `reason`, after every earlier event reached every
@@ -144,17 +282,12 @@ impl BusSession {
 
     /// Ends the session like [`close`](BusSession::close), with `SessionEnd` at this turn and step.
     pub async fn close_at(&self, reason: &str, turn: u32, step: u32) -> Result<Outcome, Error> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(SessionMsg::Close {
-                reason: reason.to_owned(),
-                turn,
-                step,
-                reply,
-            })
-            .await
-            .map_err(|_| self.closed())?;
-        rx.await.map(|outcome| *outcome).map_err(|_| self.closed())
+        self.run(SessionOp::Close {
+            reason: reason.to_owned(),
+            turn,
+            step,
+        })
+        .await
     }
 
     /// A live stream of this session's envelopes, in sequence order, ending after `SessionEnd`.
@@ -208,13 +341,13 @@ impl BusSession {
             .await
     }
 
-    /// Makes the session's actor panic (tests of its supervision).
+    /// Makes the session's dispatcher panic (tests of its supervision).
     #[cfg(test)]
     pub(crate) async fn inject_panic(&self) {
-        let _ = self.tx.send(SessionMsg::Panic).await;
+        let _ = self.run(SessionOp::Panic).await;
     }
 
-    /// Why a message got no answer: the session's actor failed, or the session is closed.
+    /// Why a call got no answer: the session's dispatcher failed, or the session is closed.
     fn closed(&self) -> Error {
         match self.shared.failure.get() {
             Some(failure) => Error::ActorFailed(Box::new(failure.clone())),

@@ -1,17 +1,16 @@
-//! A session's configuration ([`BusSessionConfig`]) and the state its handle, its actor, its
-//! dispatcher and the registry share ([`SessionShared`]), with the messages its actor serves.
+//! A session's configuration ([`BusSessionConfig`]) and the state its handles, its dispatcher
+//! and the registry share ([`SessionShared`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
+use futures_util::task::AtomicWaker;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::error::ActorFailure;
-use crate::model::event::{Event, SessionFields};
-use crate::model::outcome::Outcome;
+use crate::model::event::SessionFields;
 use crate::model::scratchpad::Scratchpad;
 use crate::runtime::event_log::{EventLog, EventStream, HistoryStats, HookRunStream, LogBounds};
 use crate::runtime::snapshot::Snapshot;
@@ -78,7 +77,11 @@ impl BusSessionConfig {
     }
 }
 
-/// State a session shares between its actor, its handles and the registry.
+/// Closes a session with `SessionEnd` (this reason); resolves to whether it was open.
+pub(crate) type Closer =
+    Box<dyn Fn(&str) -> Option<futures_util::future::BoxFuture<'static, bool>> + Send + Sync>;
+
+/// State a session shares between its handles, its dispatcher and the registry.
 pub(crate) struct SessionShared {
     pub id: String,
     pub parent: Option<String>,
@@ -92,14 +95,18 @@ pub(crate) struct SessionShared {
     /// Bumped by every `cancel_turn`, before the token fires: a cheap "was the turn cancelled
     /// since" check for the dispatcher.
     turn_epoch: AtomicU64,
-    /// The session actor's mailbox, weakly, for shutdown (ACT-5: no self-reference keeps it alive).
-    pub mailbox: Mutex<Option<mpsc::WeakSender<SessionMsg>>>,
+    /// The dispatch waiting on hooks now, woken by `cancel_turn` (one at a time: the session's
+    /// lock serializes its dispatches).
+    pub turn_waker: AtomicWaker,
+    /// How shutdown closes the session: through its dispatcher, held weakly (ACT-5: only the
+    /// handles keep it alive). `None` from it when the session is gone already.
+    pub closer: OnceLock<Closer>,
     /// The live event stream; created at open when history is kept, else on first subscription.
     pub log: OnceLock<EventLog>,
     log_bounds: LogBounds,
     /// Set when the session starts closing: it takes no more hooks or subscriptions (HK-5).
     pub closing: std::sync::atomic::AtomicBool,
-    /// Set when the session's actor (or agent loop) panicked and stopped.
+    /// Set when the session's dispatcher (or agent loop) panicked and stopped.
     pub failure: OnceLock<ActorFailure>,
 }
 
@@ -118,7 +125,8 @@ impl SessionShared {
             hooks: ArcSwapOption::empty(),
             turn: Mutex::new(Arc::new(CancellationToken::new())),
             turn_epoch: AtomicU64::new(0),
-            mailbox: Mutex::new(None),
+            turn_waker: AtomicWaker::new(),
+            closer: OnceLock::new(),
             log: match config.history {
                 0 => OnceLock::new(),
                 _ => OnceLock::from(EventLog::new(bounds)),
@@ -150,8 +158,13 @@ impl SessionShared {
 
     /// The current turn's token and epoch.
     pub fn turn(&self) -> (Arc<CancellationToken>, u64) {
-        let token = self.turn.lock().clone();
-        (token, self.turn_epoch.load(Ordering::Acquire))
+        let turn = self.turn.lock();
+        (turn.clone(), self.turn_epoch.load(Ordering::Acquire))
+    }
+
+    /// The current turn's epoch (bumped by every `cancel_turn`), without the lock.
+    pub fn turn_epoch(&self) -> u64 {
+        self.turn_epoch.load(Ordering::Acquire)
     }
 
     /// Whether `cancel_turn` was called since `epoch`.
@@ -167,26 +180,6 @@ impl SessionShared {
             std::mem::take(&mut *turn)
         };
         old.cancel();
+        self.turn_waker.wake();
     }
-}
-
-/// What a session actor serves.
-pub(crate) enum SessionMsg {
-    Dispatch {
-        // Boxed: the mailbox's slots are sized by the largest message, and an idle session
-        // should cost little (issue: idle_session_bytes).
-        event: Box<Event>,
-        turn: u32,
-        step: u32,
-        reply: oneshot::Sender<Box<Outcome>>,
-    },
-    Close {
-        reason: String,
-        turn: u32,
-        step: u32,
-        reply: oneshot::Sender<Box<Outcome>>,
-    },
-    /// Panics in the actor (tests of its supervision).
-    #[cfg(test)]
-    Panic,
 }
