@@ -272,23 +272,24 @@ pub(crate) struct FoldStats {
     pub ignored: u64,
 }
 
-/// Folds the answers (given in fold order) into one [`Outcome`].
+/// Folds the answers (given in fold order) into one [`Outcome`], built where it is returned
+/// (boxed: an outcome is large, and moves on its way to the caller).
 pub(crate) fn fold<'a>(
     kind: EventKind,
     seq: u64,
     answers: impl ExactSizeIterator<Item = Answered<'a>>,
-) -> (Outcome, FoldStats) {
+) -> (Box<Outcome>, FoldStats) {
     let mut folding = Folding {
         kind,
         stats: FoldStats::default(),
-        out: Outcome {
+        out: Box::new(Outcome {
             runs: Vec::with_capacity(answers.len()),
             seq,
             kind: Some(kind),
             ..Outcome::default()
-        },
+        }),
         decided: Vec::new(),
-        seen_contexts: HashSet::new(),
+        seen_contexts: None,
     };
     for a in answers {
         folding.answer(a);
@@ -300,25 +301,30 @@ pub(crate) fn fold<'a>(
 struct Folding {
     kind: EventKind,
     stats: FoldStats,
-    out: Outcome,
+    out: Box<Outcome>,
     /// Every decision other than Continue, with its reason, in fold order.
     decided: Vec<(Decision, Attributed<String>)>,
     /// The context texts already kept.
-    seen_contexts: HashSet<String>,
+    /// Made at the first context: most folds have none.
+    seen_contexts: Option<HashSet<String>>,
 }
 
 impl Folding {
     /// Folds in one hook's answer: its run, then its failure or its reply.
     #[inline]
     fn answer(&mut self, a: Answered<'_>) {
+        let failed = a.status.is_failure();
+        let decision = match failed {
+            true => self.failure(&a),
+            false => Decision::Continue,
+        };
         self.out.runs.push(HookRun {
             hook: a.hook.clone(),
-            status: a.status.clone(),
+            status: a.status,
             elapsed: a.elapsed,
-            decision: Decision::Continue,
+            decision,
         });
-        if a.status.is_failure() {
-            self.failure(&a);
+        if failed {
             return;
         }
         let Some(reply) = a.reply else { return };
@@ -328,18 +334,19 @@ impl Folding {
     }
 
     /// A failed call: a warning, and under a fail-closed policy on an event that can fail
-    /// closed, a Block / Deny.
+    /// closed, a Block / Deny (the run's decision, returned).
     #[inline]
-    fn failure(&mut self, a: &Answered<'_>) {
+    fn failure(&mut self, a: &Answered<'_>) -> Decision {
         let what = format!("hook `{}` {}", a.hook, a.status.describe(a.timeout));
+        let mut decision = Decision::Continue;
         if a.policy == FailurePolicy::Closed && self.kind.fails_closed() {
             self.stats.fail_closed += 1;
-            let d = block_decision(self.kind);
-            set_run_decision(&mut self.out.runs, d);
+            decision = block_decision(self.kind);
             self.decided
-                .push((d, attributed(a.hook, format!("{what} (fail-closed)"))));
+                .push((decision, attributed(a.hook, format!("{what} (fail-closed)"))));
         }
         self.out.warnings.push(attributed(a.hook, what));
+        decision
     }
 
     /// The reply's common fields: contexts (de-duplicated by text), messages, warnings,
@@ -348,7 +355,11 @@ impl Folding {
     fn extras(&mut self, hook: &Arc<str>, extras: Extras) {
         let out = &mut self.out;
         for text in extras.context {
-            if self.seen_contexts.insert(text.clone()) {
+            if self
+                .seen_contexts
+                .get_or_insert_with(HashSet::new)
+                .insert(text.clone())
+            {
                 out.contexts.push(TaggedContext {
                     hook: hook.to_string(),
                     event: self.kind,
@@ -426,7 +437,7 @@ impl Folding {
 
     /// The folded decision (the highest rank; any feedback blocks) and its reasons.
     #[inline]
-    fn finish(self) -> (Outcome, FoldStats) {
+    fn finish(self) -> (Box<Outcome>, FoldStats) {
         let Folding {
             kind,
             stats,

@@ -380,21 +380,8 @@ impl Dispatcher {
 
     /// Starts every matched hook: actor hooks get their delivery, inline hooks their first
     /// poll comes with the join's.
-    fn start_all<'a>(
-        &self,
-        snapshot: &'a Snapshot,
-        scope: &Arc<CallScope>,
-        matched: &'a [usize],
-        inline_cx: &'a HookCx,
-    ) -> Join<'a> {
-        let mut join = Join {
-            snapshot,
-            matched,
-            started: Instant::now(),
-            flights: SmallVec::with_capacity(matched.len()),
-            runs: SmallVec::with_capacity(matched.len()),
-            pending: 0,
-        };
+    fn start_all<'a>(&self, join: &mut Join<'a>, scope: &Arc<CallScope>, inline_cx: &'a HookCx) {
+        let (snapshot, matched) = (join.snapshot, join.matched);
         for &i in matched {
             let entry = &snapshot.hooks[i];
             let flight = match &entry.target {
@@ -420,7 +407,6 @@ impl Dispatcher {
                 }
             }
         }
-        join
     }
 
     /// Polls every hook still running and records the ones that answered.
@@ -746,7 +732,6 @@ impl Dispatcher {
             }
         });
         let (outcome, stats) = fold(kind, env.seq, answers);
-        let outcome = Box::new(outcome);
         let m = &self.bus.metrics;
         m.fail_closed_blocks
             .fetch_add(stats.fail_closed, Ordering::Relaxed);
@@ -807,23 +792,30 @@ impl Dispatcher {
     }
 }
 
-/// Dispatches one event and returns the folded outcome.
-///
-/// One `async fn` over the session's owned lock, with no nested ones on the hot path: the matched hooks are started, then
-/// joined in one `poll_fn`, then folded, so the dispatch's state is built in place rather
-/// than copied from layer to layer.
-pub(crate) async fn dispatch(
+/// Starts one event on the session whose lock is held: `SessionEnd` closes the session, any
+/// other event is numbered and dispatched. The future is boxed, so it can finish on a task of
+/// its own if its caller stops waiting.
+pub(crate) fn start(
     mut this: OwnedMutexGuard<Dispatcher>,
     event: Event,
     turn: u32,
     step: u32,
-) -> Box<Outcome> {
-    let this: &mut Dispatcher = &mut this;
-    if let Event::SessionEnd(SessionEnd { reason }) = &event {
-        let reason = reason.clone();
-        return Box::pin(this.close(&reason, turn, step)).await;
+) -> Pin<Box<dyn Future<Output = Box<Outcome>> + Send>> {
+    if let Event::SessionEnd(SessionEnd { reason }) = event {
+        return Box::pin(async move { this.close(&reason, turn, step).await });
     }
+    // Numbered here, before the dispatch's future exists: the event is not carried in it.
     let env = this.envelope(event, turn, step);
+    Box::pin(dispatch(this, env))
+}
+
+/// Dispatches one numbered event and returns the folded outcome.
+///
+/// One `async fn` over the session's owned lock, with no nested ones on the hot path: the
+/// matched hooks are started, then joined in one `poll_fn`, then folded, so the dispatch's
+/// state is built in place rather than copied from layer to layer.
+async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> Box<Outcome> {
+    let this: &mut Dispatcher = &mut this;
     // Hooks and observers run under this span (actors instrument each delivery with it),
     // so their own logs nest under the dispatch that caused them. Free when nobody listens.
     let span = tracing::debug_span!(
@@ -868,12 +860,13 @@ pub(crate) async fn dispatch(
         );
         let inline_cx = HookCx::scoped(&scope);
         let mut wait = JoinWait {
-            join: span.in_scope(|| this.start_all(&snapshot, &scope, &matched, &inline_cx)),
+            join: Join::new(&snapshot, &matched),
             waiting,
             timer: timer.take(),
             armed: false,
             epoch: turn.epoch,
         };
+        span.in_scope(|| this.start_all(&mut wait.join, &scope, &inline_cx));
         std::future::poll_fn(|cx| this.poll_join(&mut wait, &env, cx))
             .instrument(span)
             .await;
@@ -958,7 +951,19 @@ struct Join<'a> {
     pending: usize,
 }
 
-impl Join<'_> {
+impl<'a> Join<'a> {
+    /// A join of the `matched` hooks, none started yet.
+    fn new(snapshot: &'a Snapshot, matched: &'a [usize]) -> Self {
+        Join {
+            snapshot,
+            matched,
+            started: Instant::now(),
+            flights: SmallVec::new(),
+            runs: SmallVec::new(),
+            pending: 0,
+        }
+    }
+
     /// When the `k`-th matched hook times out.
     fn deadline(&self, k: usize) -> Instant {
         self.started + self.snapshot.hooks[self.matched[k]].timeout

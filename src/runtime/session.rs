@@ -113,7 +113,7 @@ pub(crate) async fn run_op(
     let shared = dispatcher.shared.clone();
     let work: Pin<Box<dyn Future<Output = Box<Outcome>> + Send>> = match op {
         SessionOp::Dispatch { event, turn, step } => {
-            Box::pin(dispatch::dispatch(dispatcher, event, turn, step))
+            dispatch::start(dispatcher, event, turn, step)
         }
         SessionOp::Close { reason, turn, step } => {
             let mut dispatcher = dispatcher;
