@@ -342,8 +342,10 @@ impl Folding {
         if a.policy == FailurePolicy::Closed && self.kind.fails_closed() {
             self.stats.fail_closed += 1;
             decision = block_decision(self.kind);
-            self.decided
-                .push((decision, attributed(a.hook, format!("{what} (fail-closed)"))));
+            self.decided.push((
+                decision,
+                attributed(a.hook, format!("{what} (fail-closed)")),
+            ));
         }
         self.out.warnings.push(attributed(a.hook, what));
         decision

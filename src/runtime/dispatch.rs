@@ -35,6 +35,7 @@ use crate::model::outcome::{blocks_chain, fold, reply_decision, Answered, Outcom
 use crate::runtime::core::{HookFailure, RuntimeCore};
 use crate::runtime::event_log::HookRuns;
 use crate::runtime::hook_actor::Serving;
+use crate::runtime::latch::{Latch, Taken};
 use crate::runtime::mailbox::{Answer, Delivery, Failure, ObserverMsg, ReplySlot};
 use crate::runtime::session_state::SessionShared;
 use crate::runtime::snapshot::{HookEntry, Snapshot, Target};
@@ -172,24 +173,36 @@ impl Dispatcher {
             }
         }
         let join = &mut wait.join;
-        let hooks_done = join.pending == 0 || {
-            self.collect_answers(join, env, cx);
-            join.pending == 0 || {
-                // Registered before the check: a `cancel_turn` after it wakes this task.
-                self.shared.turn_waker.register(cx.waker());
-                if self.shared.turn_cancelled_since(wait.epoch) {
-                    join.cancel_all();
-                    true
-                } else {
-                    let timer = wait
-                        .timer
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
-                    if !wait.armed {
-                        wait.armed = true;
-                        timer.as_mut().reset(join.first_deadline());
-                    }
-                    self.expire(join, env, timer, cx).is_ready()
-                }
+        if let Some(latch) = &join.latch {
+            // Registered before the slots are looked at: a last answer after that wakes us.
+            latch.register(cx.waker());
+        }
+        let hooks_done = loop {
+            if join.pending > 0 {
+                self.collect_answers(join, env, cx);
+            }
+            if join.pending == 0 {
+                break true;
+            }
+            // Registered before the check: a `cancel_turn` after it wakes this task.
+            self.shared.turn_waker.register(cx.waker());
+            if self.shared.turn_cancelled_since(wait.epoch) {
+                join.cancel_all();
+                break true;
+            }
+            let timer = wait
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
+            if !wait.armed {
+                wait.armed = true;
+                timer.as_mut().reset(join.first_deadline());
+            }
+            if self.expire(join, env, timer, cx).is_ready() {
+                break true;
+            }
+            // An answer that came while the timer closed other slots wakes nobody: look again.
+            if !join.answered_since() {
+                break false;
             }
         };
         if hooks_done && wait.waiting.is_none() {
@@ -382,14 +395,22 @@ impl Dispatcher {
     /// poll comes with the join's.
     fn start_all<'a>(&self, join: &mut Join<'a>, scope: &Arc<CallScope>, inline_cx: &'a HookCx) {
         let (snapshot, matched) = (join.snapshot, join.matched);
+        let actors = matched
+            .iter()
+            .filter(|&&i| !matches!(snapshot.hooks[i].target, Target::Inline(_)))
+            .count();
+        // One latch for every actor hook of the dispatch: slot `n` is the `n`-th one's.
+        let latch = (actors > 0).then(|| Latch::new(actors));
+        let mut slot = 0;
         for &i in matched {
             let entry = &snapshot.hooks[i];
-            let flight = match &entry.target {
-                Target::Inline(hook) => self.start_inline(entry, hook.as_ref(), inline_cx),
-                Target::Actor(_) | Target::Sharded(_) => match entry.target.mailbox(self.shard) {
-                    Some(tx) => self.start_actor(entry, tx, scope),
-                    None => Err(RunStatus::ReplyDropped),
-                },
+            let flight = match (&entry.target, &latch) {
+                (Target::Inline(hook), _) => self.start_inline(entry, hook.as_ref(), inline_cx),
+                (_, Some(latch)) => {
+                    slot += 1;
+                    self.start_actor(entry, scope, latch, slot - 1)
+                }
+                (_, None) => Err(RunStatus::ReplyDropped),
             };
             match flight {
                 Ok(flight) => {
@@ -407,18 +428,33 @@ impl Dispatcher {
                 }
             }
         }
+        join.latch = latch;
     }
 
     /// Polls every hook still running and records the ones that answered.
     fn collect_answers(&self, join: &mut Join<'_>, env: &Envelope, cx: &mut Context<'_>) {
-        // One clock read per pass, for every hook that finished in it.
+        // Actor hooks' slots are looked at only when one of them was finished since the last
+        // pass.
+        let latch = join.latch.as_deref();
+        let answered = latch.is_some_and(|l| {
+            let finished = l.finished();
+            std::mem::replace(&mut join.seen, finished) != finished
+        });
+        // One clock read per pass, for every inline hook that finished in it; an actor hook's
+        // answer carries its own time.
         let mut now: Option<Duration> = None;
         for (k, flight) in join.flights.iter_mut().enumerate() {
-            if let Poll::Ready(answer) = flight.poll(cx) {
+            if matches!(flight, InFlight::Latched(_)) && !answered {
+                continue;
+            }
+            if let Poll::Ready((answer, at)) = flight.poll(latch, cx) {
                 *flight = InFlight::Done;
                 join.pending -= 1;
                 let entry = &join.snapshot.hooks[join.matched[k]];
-                let elapsed = *now.get_or_insert_with(|| join.started.elapsed());
+                let elapsed = match at {
+                    Some(at) => at.saturating_duration_since(join.started),
+                    None => *now.get_or_insert_with(|| join.started.elapsed()),
+                };
                 join.runs[k] = Some(self.finish(entry, env, answer, elapsed));
             }
         }
@@ -442,7 +478,7 @@ impl Dispatcher {
                 }
                 let deadline = join.deadline(k);
                 if deadline <= now {
-                    join.flights[k] = InFlight::Done;
+                    join.stop(k);
                     join.pending -= 1;
                     let entry = &join.snapshot.hooks[join.matched[k]];
                     join.runs[k] = Some(self.timed_out(entry, env, join.started.elapsed()));
@@ -470,33 +506,51 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Sends an actor hook its delivery.
+    /// Sends an actor hook its delivery, with slot `slot` of the dispatch's latch to answer
+    /// in. A hook not called (open circuit, no actor) has its slot closed at once.
     fn start_actor(
         &self,
         entry: &HookEntry,
-        tx: &mpsc::Sender<Delivery>,
         scope: &Arc<CallScope>,
+        latch: &Arc<Latch<Answer>>,
+        slot: usize,
     ) -> Result<InFlight<'static>, RunStatus> {
-        self.admit(entry)?;
-        let (slot, rx) = ReplySlot::new();
+        let admitted = self.admit(entry).and_then(|()| {
+            entry
+                .target
+                .mailbox(self.shard)
+                .ok_or(RunStatus::ReplyDropped)
+        });
+        let tx = match admitted {
+            Ok(tx) => tx,
+            Err(status) => {
+                latch.close(slot);
+                return Err(status);
+            }
+        };
         let delivery = Delivery {
             cx: HookCx::scoped(scope),
-            reply: Some(slot),
+            reply: Some(ReplySlot::new(latch, slot)),
             span: tracing::Span::current(),
         };
         Ok(match tx.try_send(delivery) {
-            Ok(()) => InFlight::Reply(rx),
+            Ok(()) => InFlight::Latched(slot),
             // A full mailbox: wait for room within the hook's deadline.
             Err(mpsc::error::TrySendError::Full(delivery)) => {
                 let tx = tx.clone();
-                InFlight::Boxed(Box::pin(async move {
-                    tx.send(delivery).await.ok()?;
-                    rx.await.ok()
-                }))
+                let send = Box::pin(async move {
+                    // Refused: the delivery's reply slot is dropped, which answers the slot.
+                    let _ = tx.send(delivery).await;
+                });
+                InFlight::Sending(send, slot)
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => InFlight::Ready(Some(Err(
-                Failure::Error("the hook's mailbox is closed".into()),
-            ))),
+            Err(mpsc::error::TrySendError::Closed(delivery)) => {
+                latch.close(slot);
+                drop(delivery);
+                InFlight::Ready(Some(Err(Failure::Error(
+                    "the hook's mailbox is closed".into(),
+                ))))
+            }
         })
     }
 
@@ -758,15 +812,19 @@ impl Dispatcher {
         let scope = CallScope::new(env.clone(), self.shared.scratchpad.clone(), token.clone());
         // An inline hook borrows its context from here while it runs.
         let cx;
+        let mut latch = None;
         let flight = match &entry.target {
             Target::Inline(hook) => {
                 cx = HookCx::scoped(&scope);
                 self.start_inline(entry, hook.as_ref(), &cx)
             }
-            Target::Actor(_) | Target::Sharded(_) => match entry.target.mailbox(self.shard) {
-                Some(tx) => self.start_actor(entry, tx, &scope),
-                None => Err(RunStatus::ReplyDropped),
-            },
+            Target::Actor(_) | Target::Sharded(_) => {
+                latch = Some(Latch::new(1));
+                match &latch {
+                    Some(latch) => self.start_actor(entry, &scope, latch, 0),
+                    None => Err(RunStatus::ReplyDropped),
+                }
+            }
         };
         let mut flight = match flight {
             Ok(flight) => flight,
@@ -779,8 +837,21 @@ impl Dispatcher {
             }
         };
         let limit = budget.map_or(entry.timeout, |b| b.min(entry.timeout));
-        let answer = tokio::time::timeout(limit, std::future::poll_fn(|c| flight.poll(c))).await;
+        let latch = latch.as_deref();
+        let answer = tokio::time::timeout(
+            limit,
+            std::future::poll_fn(|c| {
+                if let Some(latch) = latch {
+                    latch.register(c.waker());
+                }
+                flight.poll(latch, c).map(|(answer, _)| answer)
+            }),
+        )
+        .await;
         drop(flight);
+        if let Some(latch) = latch {
+            latch.close_all();
+        }
         let elapsed = started.elapsed();
         match answer {
             Err(_) => {
@@ -899,8 +970,11 @@ struct JoinWait<'a, 'w> {
 
 /// One hook call in flight in a parallel join.
 enum InFlight<'a> {
-    /// An actor hook: the answer comes through its reply slot.
-    Reply(oneshot::Receiver<Answer>),
+    /// An actor hook: the answer comes in this slot of the dispatch's latch.
+    Latched(usize),
+    /// An actor hook whose mailbox was full: its delivery waits for room, then its answer
+    /// comes in this slot.
+    Sending(Pin<Box<dyn Future<Output = ()> + Send + 'a>>, usize),
     /// An inline hook, polled in place on the dispatcher's task.
     Inline(Serving<'a>),
     /// A call that must wait first (a full mailbox, an inline concurrency limit).
@@ -912,13 +986,35 @@ enum InFlight<'a> {
 }
 
 impl InFlight<'_> {
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Answer>> {
+    /// The answer (`None`: the reply slot was dropped unanswered), with the time an actor
+    /// hook gave it (`None`: now).
+    fn poll(
+        &mut self,
+        latch: Option<&Latch<Answer>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<(Option<Answer>, Option<Instant>)> {
+        if let InFlight::Sending(send, slot) = self {
+            std::task::ready!(send.as_mut().poll(cx));
+            *self = InFlight::Latched(*slot);
+        }
         match self {
-            InFlight::Reply(rx) => Pin::new(rx).poll(cx).map(Result::ok),
-            InFlight::Inline(call) => Pin::new(call).poll(cx).map(Some),
-            InFlight::Boxed(f) => f.as_mut().poll(cx),
-            InFlight::Ready(answer) => Poll::Ready(answer.take()),
-            InFlight::Done => Poll::Pending,
+            InFlight::Latched(slot) => match latch.map(|l| l.take(*slot)) {
+                Some(Taken::Done(answer, at)) => Poll::Ready((answer, Some(at))),
+                Some(Taken::Waiting) => Poll::Pending,
+                None => Poll::Ready((None, None)),
+            },
+            InFlight::Inline(call) => Pin::new(call).poll(cx).map(|a| (Some(a), None)),
+            InFlight::Boxed(f) => f.as_mut().poll(cx).map(|a| (a, None)),
+            InFlight::Ready(answer) => Poll::Ready((answer.take(), None)),
+            InFlight::Sending(..) | InFlight::Done => Poll::Pending,
+        }
+    }
+
+    /// The latch slot of an actor hook's call.
+    fn slot(&self) -> Option<usize> {
+        match self {
+            InFlight::Latched(slot) | InFlight::Sending(_, slot) => Some(*slot),
+            _ => None,
         }
     }
 }
@@ -948,6 +1044,10 @@ struct Join<'a> {
     flights: SmallVec<[InFlight<'a>; 4]>,
     /// In `matched` order; `None` while the hook runs.
     runs: SmallVec<[Option<Run>; 4]>,
+    /// Where the actor hooks answer (none without actor hooks).
+    latch: Option<Arc<Latch<Answer>>>,
+    /// How many latch slots were finished at the last look.
+    seen: usize,
     pending: usize,
 }
 
@@ -960,8 +1060,27 @@ impl<'a> Join<'a> {
             started: Instant::now(),
             flights: SmallVec::new(),
             runs: SmallVec::new(),
+            latch: None,
+            seen: 0,
             pending: 0,
         }
+    }
+
+    /// Stops waiting on the `k`-th hook: an actor hook's slot closes (its actor stops the
+    /// call), an inline hook's future is dropped.
+    fn stop(&mut self, k: usize) {
+        if let (Some(slot), Some(latch)) = (self.flights[k].slot(), &self.latch) {
+            latch.close(slot);
+        }
+        self.flights[k] = InFlight::Done;
+    }
+
+    /// Whether an actor hook finished since the last look: the join must look again before
+    /// it waits (no wake-up comes for it when the dispatcher closed the last other slot).
+    fn answered_since(&self) -> bool {
+        self.latch
+            .as_ref()
+            .is_some_and(|l| l.finished() != self.seen)
     }
 
     /// When the `k`-th matched hook times out.
@@ -980,9 +1099,9 @@ impl<'a> Join<'a> {
 
     /// The turn was cancelled: every hook still running is recorded as cancelled.
     fn cancel_all(&mut self) {
-        for (k, flight) in self.flights.iter_mut().enumerate() {
-            if !matches!(flight, InFlight::Done) {
-                *flight = InFlight::Done;
+        for k in 0..self.flights.len() {
+            if !matches!(self.flights[k], InFlight::Done) {
+                self.stop(k);
                 self.runs[k] = Some(Run {
                     status: RunStatus::Cancelled,
                     reply: None,
@@ -993,17 +1112,25 @@ impl<'a> Join<'a> {
         self.pending = 0;
     }
 
-    /// The runs in `matched` order (dropping the flights closes the reply slots of the hooks
-    /// that did not answer).
-    fn into_runs(self) -> impl ExactSizeIterator<Item = Run> {
-        drop(self.flights);
-        self.runs.into_iter().map(|r| {
+    /// The runs in `matched` order (the slots of the hooks that did not answer close).
+    fn into_runs(mut self) -> impl ExactSizeIterator<Item = Run> {
+        std::mem::take(&mut self.runs).into_iter().map(|r| {
             r.unwrap_or(Run {
                 status: RunStatus::ReplyDropped,
                 reply: None,
                 elapsed: Duration::ZERO,
             })
         })
+    }
+}
+
+impl Drop for Join<'_> {
+    /// However the join ends (done, cancelled, dropped mid-way), no actor hook is left
+    /// waiting to be told that nobody waits for its answer.
+    fn drop(&mut self) {
+        if let Some(latch) = &self.latch {
+            latch.close_all();
+        }
     }
 }
 

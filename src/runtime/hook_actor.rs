@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::model::error::ActorKind;
 use crate::model::hook::{call_hook, CallHook, Hook, HookCx, CANCEL_GRACE};
 use crate::runtime::actor::{Actor, OnPanic};
-use crate::runtime::mailbox::{Answer, Delivery, Failure, ReplySlot};
+use crate::runtime::mailbox::{Answer, Delivery, Failure};
 use crate::sys::panics::{contained, panic_message, Contained};
 use tracing::Instrument;
 
@@ -57,40 +57,49 @@ pub(crate) async fn serve(hook: &dyn Hook, cx: &HookCx) -> Answer {
     }
 }
 
-/// One delivery: skipped if nobody waits any more; dropped when the dispatcher stops waiting
+/// One delivery: skipped if nobody waits any more; stopped when the dispatcher stops waiting
 /// (the hook timed out, or the turn was cancelled), which it learns from the reply slot.
+///
+/// One `async fn` with the call polled in place (no nested ones): the future is boxed per
+/// delivery, so its size is paid on every call.
 async fn serve_delivery(hook: &dyn Hook, delivery: Delivery) {
     let Delivery { cx, reply, span } = delivery;
-    serve_in(hook, cx, reply).instrument(span).await
-}
-
-async fn serve_in(hook: &dyn Hook, cx: HookCx, reply: Option<ReplySlot>) {
-    match reply {
-        Some(mut slot) => {
-            if slot.is_closed() {
-                return;
-            }
-            // The call's own token: firing it when the dispatcher stops waiting stops this
-            // call alone, not the other hooks of the dispatch.
-            let cx = cx.with_own_token();
-            let call = serve(hook, &cx);
-            tokio::pin!(call);
-            // The call first: most answer at once, before the slot is even looked at.
-            tokio::select! {
-                biased;
-                answer = &mut call => {
-                    slot.answer(answer);
-                }
-                _ = slot.closed() => {
-                    // The token fires first; the call gets a short grace to see it. Boxed: the
-                    // rare path's timer should not grow every call's future.
-                    cx.cancel_own();
-                    let _ = Box::pin(tokio::time::timeout(CANCEL_GRACE, call)).await;
-                }
-            }
+    let Some(slot) = reply else {
+        // Hook actors always get a reply slot; a delivery without one is served all the same.
+        let _ = serve(hook, &cx).instrument(span).await;
+        return;
+    };
+    if slot.is_closed() {
+        return;
+    }
+    // The call's own token: firing it when the dispatcher stops waiting stops this call
+    // alone, not the other hooks of the dispatch.
+    let cx = cx.with_own_token();
+    let mut call = match span.in_scope(|| serving(hook, &cx)) {
+        Ok(call) => call,
+        Err(failure) => {
+            slot.answer(Err(failure));
+            return;
+        }
+    };
+    // The call first: most answer at once, before the slot is even looked at.
+    let answer = std::future::poll_fn(|task| {
+        let _entered = span.enter();
+        if let Poll::Ready(answer) = Pin::new(&mut call).poll(task) {
+            return Poll::Ready(Some(answer));
+        }
+        slot.poll_closed(task).map(|()| None)
+    })
+    .await;
+    match answer {
+        Some(answer) => {
+            slot.answer(answer);
         }
         None => {
-            let _ = serve(hook, &cx).await;
+            // The token fires first; the call gets a short grace to see it. Boxed: the rare
+            // path's timer should not grow every call's future.
+            cx.cancel_own();
+            let _ = Box::pin(tokio::time::timeout(CANCEL_GRACE, call.instrument(span))).await;
         }
     }
 }

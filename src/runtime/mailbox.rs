@@ -11,6 +11,7 @@ use tokio_stream::Stream;
 use crate::model::action::Reply;
 use crate::model::event::Envelope;
 use crate::model::hook::HookCx;
+use crate::runtime::latch::Latch;
 
 /// Why a hook produced no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,39 +28,70 @@ pub(crate) type Answer = Result<crate::model::hook::ErasedReply, Failure>;
 
 /// The slot a gate's answer goes into. Dropping it unanswered counts as a failure of the
 /// subscriber (its failure policy applies), never as a hang.
-#[derive(Debug)]
 pub struct ReplySlot {
-    tx: oneshot::Sender<Answer>,
+    /// The dispatch's slots, and which one is this call's.
+    latch: Arc<Latch<Answer>>,
+    index: usize,
+    /// Answered (or failed) already: dropping it then says nothing more.
+    done: bool,
 }
 
 impl ReplySlot {
-    pub(crate) fn new() -> (ReplySlot, oneshot::Receiver<Answer>) {
-        let (tx, rx) = oneshot::channel();
-        (ReplySlot { tx }, rx)
+    /// Slot `index` of a dispatch's latch.
+    pub(crate) fn new(latch: &Arc<Latch<Answer>>, index: usize) -> ReplySlot {
+        ReplySlot {
+            latch: latch.clone(),
+            index,
+            done: false,
+        }
     }
 
     /// Answers the event. Returns false if nobody waits any more (the call timed out).
     pub fn send(self, reply: impl Into<Reply>) -> bool {
-        self.tx.send(Ok(Some(Box::new(reply.into())))).is_ok()
+        self.answer(Ok(Some(Box::new(reply.into()))))
     }
 
     /// Answers with a failure; the subscriber's failure policy applies.
     pub fn fail(self, message: impl Into<String>) -> bool {
-        self.tx.send(Err(Failure::Error(message.into()))).is_ok()
+        self.answer(Err(Failure::Error(message.into())))
     }
 
     /// Whether the dispatcher stopped waiting (timeout or cancellation).
     pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.latch.is_closed(self.index)
     }
 
     /// Resolves when the dispatcher stops waiting for this answer.
     pub async fn closed(&mut self) {
-        self.tx.closed().await;
+        std::future::poll_fn(|cx| self.poll_closed(cx)).await;
     }
 
-    pub(crate) fn answer(self, answer: Answer) -> bool {
-        self.tx.send(answer).is_ok()
+    /// Ready once the dispatcher stopped waiting for this answer.
+    pub(crate) fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.latch.poll_closed(self.index, cx)
+    }
+
+    pub(crate) fn answer(mut self, answer: Answer) -> bool {
+        self.done = true;
+        self.latch.finish(self.index, Some(answer))
+    }
+}
+
+impl Drop for ReplySlot {
+    /// Unanswered: the dispatcher learns at once that no answer will come.
+    fn drop(&mut self) {
+        if !self.done {
+            self.latch.finish(self.index, None);
+        }
+    }
+}
+
+impl std::fmt::Debug for ReplySlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplySlot")
+            .field("index", &self.index)
+            .field("closed", &self.is_closed())
+            .finish()
     }
 }
 

@@ -14,6 +14,7 @@ pub(crate) mod event_log;
 pub(crate) mod execution;
 pub(crate) mod hook_actor;
 pub(crate) mod kill;
+pub(crate) mod latch;
 pub(crate) mod mailbox;
 pub(crate) mod metrics;
 pub(crate) mod observer;

@@ -112,9 +112,7 @@ pub(crate) async fn run_op(
     }
     let shared = dispatcher.shared.clone();
     let work: Pin<Box<dyn Future<Output = Box<Outcome>> + Send>> = match op {
-        SessionOp::Dispatch { event, turn, step } => {
-            dispatch::start(dispatcher, event, turn, step)
-        }
+        SessionOp::Dispatch { event, turn, step } => dispatch::start(dispatcher, event, turn, step),
         SessionOp::Close { reason, turn, step } => {
             let mut dispatcher = dispatcher;
             Box::pin(async move { dispatcher.close(&reason, turn, step).await })

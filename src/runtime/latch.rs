@@ -1,0 +1,218 @@
+//! One dispatch's reply slots: where the actor hooks of one dispatch answer, and the one waker
+//! that learns when the last of them did.
+//!
+//! A oneshot channel per hook call would cost an allocation per call and wake the dispatcher
+//! at every answer. A [`Latch`] is one allocation per dispatch: a slot per actor hook call, a
+//! count of the slots still waited on, and the dispatcher's waker, woken when that count
+//! reaches zero (answers that come earlier are collected when the dispatcher next runs). Each
+//! answer carries the time it was given, so a hook's latency is its own, not the time the
+//! dispatcher happened to look.
+//!
+//! A slot is waited on until the hook answers, its [`ReplySlot`](crate::ReplySlot) is dropped
+//! unanswered, or the dispatcher closes it (the hook timed out, the turn was cancelled, the
+//! dispatch ended); closing wakes whoever waits in [`ReplySlot::closed`](crate::ReplySlot).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use futures_util::task::AtomicWaker;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use tokio::time::Instant;
+
+/// Where one hook call's answer stands.
+enum Slot<T> {
+    /// Waited on; the hook side's waker, if it waits for the slot to close.
+    Waiting(Option<Waker>),
+    /// Answered at this time.
+    Answered(T, Instant),
+    /// Its reply slot was dropped unanswered, at this time.
+    Dropped(Instant),
+    /// The dispatcher stopped waiting (timeout, cancelled turn, end of the dispatch).
+    Closed,
+    /// The dispatcher took the answer.
+    Taken,
+}
+
+/// The reply slots of one dispatch.
+pub(crate) struct Latch<T> {
+    slots: SmallVec<[Mutex<Slot<T>>; 4]>,
+    /// Slots still waited on.
+    waiting: AtomicUsize,
+    /// Slots the hook side finished (answered or dropped): the dispatcher looks at the slots
+    /// only when this moved.
+    finished: AtomicUsize,
+    /// The dispatcher, woken when no slot is waited on any more.
+    waker: AtomicWaker,
+}
+
+/// What the dispatcher finds in a slot.
+pub(crate) enum Taken<T> {
+    /// Still waited on.
+    Waiting,
+    /// The answer (`None`: the reply slot was dropped unanswered) and when it came.
+    Done(Option<T>, Instant),
+}
+
+impl<T> Latch<T> {
+    /// A latch of `n` slots, all waited on.
+    pub fn new(n: usize) -> Arc<Latch<T>> {
+        Arc::new(Latch {
+            slots: (0..n).map(|_| Mutex::new(Slot::Waiting(None))).collect(),
+            waiting: AtomicUsize::new(n),
+            finished: AtomicUsize::new(0),
+            waker: AtomicWaker::new(),
+        })
+    }
+
+    /// How many slots the hook side finished so far.
+    pub fn finished(&self) -> usize {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    /// Registers the dispatcher's waker; call before looking at the slots.
+    pub fn register(&self, waker: &Waker) {
+        self.waker.register(waker);
+    }
+
+    /// Takes slot `k`'s answer if it has one.
+    pub fn take(&self, k: usize) -> Taken<T> {
+        let mut slot = self.slots[k].lock();
+        match std::mem::replace(&mut *slot, Slot::Taken) {
+            Slot::Answered(answer, at) => Taken::Done(Some(answer), at),
+            Slot::Dropped(at) => Taken::Done(None, at),
+            other => {
+                *slot = other;
+                Taken::Waiting
+            }
+        }
+    }
+
+    /// Stops waiting on slot `k`: its hook's [`ReplySlot::closed`](crate::ReplySlot) resolves.
+    pub fn close(&self, k: usize) {
+        let waker = {
+            let mut slot = self.slots[k].lock();
+            match &mut *slot {
+                Slot::Waiting(waker) => {
+                    let waker = waker.take();
+                    *slot = Slot::Closed;
+                    self.waiting.fetch_sub(1, Ordering::AcqRel);
+                    waker
+                }
+                _ => None,
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Stops waiting on every slot.
+    pub fn close_all(&self) {
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            for k in 0..self.slots.len() {
+                self.close(k);
+            }
+        }
+    }
+
+    /// The hook side finishes slot `k`: with its answer, or `None` when its reply slot is
+    /// dropped unanswered. False if the dispatcher no longer waits on it.
+    pub fn finish(&self, k: usize, answer: Option<T>) -> bool {
+        let at = Instant::now();
+        {
+            let mut slot = self.slots[k].lock();
+            if !matches!(*slot, Slot::Waiting(_)) {
+                return false;
+            }
+            *slot = match answer {
+                Some(answer) => Slot::Answered(answer, at),
+                None => Slot::Dropped(at),
+            };
+        }
+        self.finished.fetch_add(1, Ordering::AcqRel);
+        if self.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.waker.wake();
+        }
+        true
+    }
+
+    /// Whether the dispatcher stopped waiting on slot `k`.
+    pub fn is_closed(&self, k: usize) -> bool {
+        matches!(*self.slots[k].lock(), Slot::Closed)
+    }
+
+    /// Ready once the dispatcher stopped waiting on slot `k` (or it was finished).
+    pub fn poll_closed(&self, k: usize, cx: &mut Context<'_>) -> Poll<()> {
+        let mut slot = self.slots[k].lock();
+        match &mut *slot {
+            Slot::Waiting(waker) => {
+                match waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => *waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(text: &str) -> Option<String> {
+        Some(text.into())
+    }
+
+    #[test]
+    fn answers_are_taken_once_and_the_last_one_counts_down_to_zero() {
+        let latch = Latch::<String>::new(3);
+        assert!(matches!(latch.take(0), Taken::Waiting));
+        assert!(latch.finish(1, answer("b")));
+        assert!(!latch.finish(1, answer("again")), "a slot is finished once");
+        assert!(latch.finish(0, None));
+        assert_eq!(latch.finished(), 2);
+        assert_eq!(latch.waiting.load(Ordering::Acquire), 1);
+        match latch.take(1) {
+            Taken::Done(Some(e), _) => assert_eq!(e, "b"),
+            _ => panic!("slot 1 answered"),
+        }
+        assert!(matches!(latch.take(1), Taken::Waiting), "taken already");
+        assert!(matches!(latch.take(0), Taken::Done(None, _)));
+        latch.close(2);
+        assert_eq!(latch.waiting.load(Ordering::Acquire), 0);
+        assert!(
+            !latch.finish(2, answer("late")),
+            "a closed slot takes no answer"
+        );
+        assert!(latch.is_closed(2));
+    }
+
+    #[test]
+    fn closing_wakes_the_hook_side_and_the_last_answer_wakes_the_dispatcher() {
+        use std::sync::atomic::AtomicBool;
+        use std::task::Wake;
+        struct Flag(AtomicBool);
+        impl Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let hook = Arc::new(Flag(AtomicBool::new(false)));
+        let dispatcher = Arc::new(Flag(AtomicBool::new(false)));
+        let latch = Latch::<String>::new(2);
+        latch.register(&Waker::from(dispatcher.clone()));
+        let hook_waker = Waker::from(hook.clone());
+        let mut cx = Context::from_waker(&hook_waker);
+        assert!(latch.poll_closed(0, &mut cx).is_pending());
+        latch.close(0);
+        assert!(hook.0.load(Ordering::SeqCst), "closing woke the hook side");
+        assert!(latch.poll_closed(0, &mut cx).is_ready());
+        assert!(!dispatcher.0.load(Ordering::SeqCst));
+        latch.finish(1, answer("x"));
+        assert!(dispatcher.0.load(Ordering::SeqCst), "the last slot woke it");
+    }
+}
