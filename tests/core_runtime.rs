@@ -1077,3 +1077,27 @@ async fn inline_hooks_run_on_the_dispatching_task_and_actor_hooks_on_their_own()
     assert!(actor_task.is_some_and(|t| t != caller), "{actor_task:?}");
     bus.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A caller outside every task (`block_on` on a thread of its own) has its dispatch run on a
+/// task of the runtime: the hooks are then woken from the runtime's workers, not from outside.
+#[test]
+fn a_caller_outside_every_task_has_its_dispatch_run_on_a_task() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let inline = Slow::new("inline", Duration::ZERO, true);
+    let (bus, s) = rt.block_on(async {
+        let bus = Bus::new();
+        bus.register(inline.clone()).await.unwrap();
+        let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
+        (bus, s)
+    });
+    assert!(tokio::task::try_id().is_none());
+    let out = rt.block_on(s.dispatch(bash("ls", "t1"))).unwrap();
+    assert_eq!(out.seq, 1);
+    let ran_on = inline.tasks.lock()[0];
+    assert!(ran_on.is_some(), "the inline hook ran inside a task");
+    rt.block_on(bus.shutdown(Duration::from_secs(5)));
+}

@@ -238,7 +238,26 @@ impl Reply {
     /// Whether folding this reply on `kind` would change nothing: an action without effect that
     /// fits the event, and no extras. The runtime then carries no reply at all.
     pub(crate) fn is_noop_for(&self, kind: EventKind) -> bool {
-        let action = match &self.action {
+        self.extras.is_empty() && self.action.is_noop_for(kind)
+    }
+}
+
+impl Extras {
+    /// Whether there is nothing in them.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.context.is_empty()
+            && self.system_message.is_none()
+            && self.metadata.is_empty()
+            && self.stop.is_none()
+            && self.warnings.is_empty()
+    }
+}
+
+impl Action {
+    /// Whether this action, folded on `kind`, changes nothing: one without effect that fits
+    /// the event.
+    pub(crate) fn is_noop_for(&self, kind: EventKind) -> bool {
+        let inert = match self {
             Action::Continue | Action::Gate(GateAction::Continue) => true,
             Action::PreToolUse(a) => {
                 a.decision == ToolDecision::Continue
@@ -249,14 +268,7 @@ impl Reply {
             Action::Permission(PermissionAction::Continue) => true,
             _ => false,
         };
-        let e = &self.extras;
-        action
-            && self.action.fits(kind)
-            && e.context.is_empty()
-            && e.system_message.is_none()
-            && e.metadata.is_empty()
-            && e.stop.is_none()
-            && e.warnings.is_empty()
+        inert && self.fits(kind)
     }
 }
 

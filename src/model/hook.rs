@@ -393,11 +393,21 @@ impl Future for CallHook<'_> {
     type Output = Result<ErasedReply, HookError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // A typed answer that changes nothing never becomes a `Reply` at all.
         fn typed<A>(r: HookResult<A>, kind: EventKind) -> Result<ErasedReply, HookError>
         where
-            HookOutput<A>: Into<Reply>,
+            A: Into<crate::model::action::Action>,
         {
-            r.map(|out| erase(out.into(), kind))
+            r.map(|out| {
+                let action = out.action.into();
+                if out.extras.is_empty() && action.is_noop_for(kind) {
+                    return None;
+                }
+                Some(Box::new(Reply {
+                    action,
+                    extras: out.extras,
+                }))
+            })
         }
         let this = self.get_mut();
         let kind = this.kind;

@@ -136,14 +136,23 @@ impl RuntimeCore {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
         };
+        self.spawn_task_on(&runtime, work);
+        true
+    }
+
+    /// Spawns `work` on `runtime`, tracked and stopped by the kill switch.
+    pub fn spawn_task_on(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        work: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
         let mut kill = self.kill.watch();
         self.tracker.spawn_on(
             async move {
                 kill.guard(work).await;
             },
-            &runtime,
+            runtime,
         );
-        true
     }
 
     pub fn spawn<A: Actor>(&self, actor: A) {

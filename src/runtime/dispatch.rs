@@ -232,7 +232,6 @@ impl Dispatcher {
     /// Counts the event (and, with detailed metrics, the tool's latency from a Post event).
     fn count(&self, env: &Envelope) {
         let m = &self.bus.metrics;
-        m.events_dispatched.fetch_add(1, Ordering::Relaxed);
         m.detail.by_event[env.kind().index()].fetch_add(1, Ordering::Relaxed);
         if m.detail.enabled() {
             match &env.event {
@@ -502,7 +501,6 @@ impl Dispatcher {
             return Err(RunStatus::SkippedCircuitOpen);
         }
         metrics.hook_calls.fetch_add(1, Ordering::Relaxed);
-        entry.calls.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -787,8 +785,10 @@ impl Dispatcher {
         });
         let (outcome, stats) = fold(kind, env.seq, answers);
         let m = &self.bus.metrics;
-        m.fail_closed_blocks
-            .fetch_add(stats.fail_closed, Ordering::Relaxed);
+        if stats.fail_closed > 0 {
+            m.fail_closed_blocks
+                .fetch_add(stats.fail_closed, Ordering::Relaxed);
+        }
         if stats.ignored > 0 {
             m.ignored_actions
                 .fetch_add(stats.ignored, Ordering::Relaxed);

@@ -13,7 +13,6 @@ use crate::model::error::ActorKind;
 /// Counters shared by every actor of one runtime.
 #[derive(Debug, Default)]
 pub(crate) struct RuntimeMetrics {
-    pub events_dispatched: AtomicU64,
     pub hook_calls: AtomicU64,
     pub hook_errors: AtomicU64,
     pub hook_panics: AtomicU64,
@@ -51,7 +50,8 @@ impl RuntimeMetrics {
     pub fn snapshot(&self) -> MetricsSnapshot {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         MetricsSnapshot {
-            events_dispatched: r(&self.events_dispatched),
+            // Counted once per event, by kind; the total is their sum.
+            events_dispatched: self.detail.by_event.iter().map(r).sum(),
             hook_calls: r(&self.hook_calls),
             hook_errors: r(&self.hook_errors),
             hook_panics: r(&self.hook_panics),

@@ -123,14 +123,23 @@ pub(crate) async fn run_op(
             panic!("session dispatcher fault injected")
         }),
     };
-    Ok(ToTheEnd {
-        work: Some(Guarded {
-            work,
-            shared,
-            core: core.clone(),
-        }),
+    let work = Guarded {
+        work,
+        shared,
+        core: core.clone(),
+    };
+    // A caller outside every task (`block_on`, a thread of its own) would wake each hook's
+    // actor from outside the runtime's workers; one hop to a task costs less than that.
+    if tokio::task::try_id().is_none() {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            core.spawn_task_on(&runtime, async move {
+                let _ = tx.send(work.await);
+            });
+            return Ok(rx.await.ok().flatten());
+        }
     }
-    .await)
+    Ok(ToTheEnd { work: Some(work) }.await)
 }
 
 /// Work that finishes even when its caller stops waiting: dropped before it is done, it moves

@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,7 +50,6 @@ pub(crate) struct HookEntry {
     pub session: Option<String>,
     pub breaker: Breaker,
     pub inline_limit: Option<Semaphore>,
-    pub calls: AtomicU64,
 }
 
 impl HookEntry {
@@ -76,7 +75,6 @@ impl HookEntry {
             session,
             breaker: Breaker::default(),
             inline_limit,
-            calls: AtomicU64::new(0),
         }
     }
 
