@@ -106,8 +106,10 @@ async fn serve_delivery(hook: &dyn Hook, delivery: Delivery) {
 
 /// A hook's actor: owns the hook and serves deliveries from its mailbox, concurrently up to the
 /// hook's `max_concurrency`. Ends when every sender is gone and the in-flight calls have
-/// finished (ACT-5). A delivery is polled once as it arrives; only a call that does not finish
-/// at once joins the in-flight set, so a quick hook costs one turn of the loop.
+/// finished (ACT-5). A delivery is polled as it arrives. One call at a time is served in place,
+/// inside the actor's own future; a delivery that comes while that place is taken gets a box of
+/// its own in the in-flight set. A quick hook thus costs one turn of the loop and no allocation
+/// beyond its own future.
 ///
 /// Panics inside a call are caught around the call (the dispatcher reports them); a panic of
 /// the loop itself restarts it with the same hook and mailbox, and the calls that were in flight
@@ -150,7 +152,15 @@ impl Actor for HookActor {
         let mut open = true;
         // Calls borrow the hook from here: the actor outlives every call it holds.
         let hook: &dyn Hook = hook.as_ref();
+        // One call is served in place, in this future, with no allocation: a delivery goes
+        // here when it is free, and to a box of its own in `inflight` when it is not.
+        let mut here = std::pin::pin!(no_call(|d| serve_delivery(hook, d)));
         std::future::poll_fn(|cx| loop {
+            if let Some(call) = here.as_mut().as_pin_mut() {
+                if call.poll(cx).is_ready() {
+                    here.set(None);
+                }
+            }
             // Polled only when it holds calls: polling registers the task's waker each time.
             while !inflight.is_empty() {
                 if let Poll::Ready(Some(())) = inflight.poll_next_unpin(cx) {
@@ -158,8 +168,13 @@ impl Actor for HookActor {
                 }
                 break;
             }
-            if open && inflight.len() < limit {
+            let running = inflight.len() + usize::from(here.is_some());
+            if open && running < limit {
                 match rx.poll_recv(cx) {
+                    Poll::Ready(Some(delivery)) if here.is_none() => {
+                        here.set(Some(serve_delivery(hook, delivery)));
+                        continue;
+                    }
                     Poll::Ready(Some(delivery)) => {
                         let mut call = Box::pin(serve_delivery(hook, delivery));
                         if call.as_mut().poll(cx).is_pending() {
@@ -174,11 +189,16 @@ impl Actor for HookActor {
                     Poll::Pending => {}
                 }
             }
-            if !open && inflight.is_empty() {
+            if !open && inflight.is_empty() && here.is_none() {
                 return Poll::Ready(());
             }
             return Poll::Pending;
         })
         .await
     }
+}
+
+/// No call yet, typed as the calls `serve` makes (an `async fn`'s future cannot be named).
+fn no_call<F>(_serve: impl Fn(Delivery) -> F) -> Option<F> {
+    None
 }
