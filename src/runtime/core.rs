@@ -128,8 +128,6 @@ impl RuntimeCore {
         self.metrics.sessions_closed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Spawns `actor` on the runtime's tracker under its supervisor; shutdown waits for it,
-    /// and the kill switch stops it at the deadline (read before every poll, ACT-4).
     /// Spawns `work` on the runtime of the current context, tracked (shutdown waits for it)
     /// and stopped by the kill switch; false when there is no runtime to spawn it on.
     pub fn spawn_task(&self, work: impl std::future::Future<Output = ()> + Send + 'static) -> bool {
@@ -155,6 +153,8 @@ impl RuntimeCore {
         );
     }
 
+    /// Spawns `actor` on the runtime's tracker under its supervisor; shutdown waits for it,
+    /// and the kill switch stops it at the deadline (read before every poll, ACT-4).
     pub fn spawn<A: Actor>(&self, actor: A) {
         actor::spawn(&self.tracker, &self.supervisor, self.kill.watch(), actor);
     }

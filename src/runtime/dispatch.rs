@@ -819,11 +819,8 @@ impl Dispatcher {
                 self.start_inline(entry, hook.as_ref(), &cx)
             }
             Target::Actor(_) | Target::Sharded(_) => {
-                latch = Some(Latch::new(1));
-                match &latch {
-                    Some(latch) => self.start_actor(entry, &scope, latch, 0),
-                    None => Err(RunStatus::ReplyDropped),
-                }
+                let latch = latch.insert(Latch::new(1));
+                self.start_actor(entry, &scope, latch, 0)
             }
         };
         let mut flight = match flight {

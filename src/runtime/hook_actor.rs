@@ -60,8 +60,8 @@ pub(crate) async fn serve(hook: &dyn Hook, cx: &HookCx) -> Answer {
 /// One delivery: skipped if nobody waits any more; stopped when the dispatcher stops waiting
 /// (the hook timed out, or the turn was cancelled), which it learns from the reply slot.
 ///
-/// One `async fn` with the call polled in place (no nested ones): the future is boxed per
-/// delivery, so its size is paid on every call.
+/// One `async fn` with the call polled in place (no nested ones): its size is paid on every
+/// call, in the actor's own future or in the box of a call served beside it.
 async fn serve_delivery(hook: &dyn Hook, delivery: Delivery) {
     let Delivery { cx, reply, span } = delivery;
     let Some(slot) = reply else {

@@ -172,18 +172,22 @@ impl Drop for ToTheEnd {
     }
 }
 
+/// Ends the session with `SessionEnd` (this reason) at turn and step 0; true if it was open
+/// and its dispatcher did not panic.
+async fn close_with(lock: Arc<SessionLock>, core: Arc<RuntimeCore>, reason: String) -> bool {
+    let close = SessionOp::Close {
+        reason,
+        turn: 0,
+        step: 0,
+    };
+    matches!(run_op(lock, &core, close).await, Ok(Some(_)))
+}
+
 /// How shutdown reaches the session's dispatcher without keeping it (or the runtime) alive.
 fn closer(lock: Weak<SessionLock>, core: Weak<RuntimeCore>) -> Closer {
     Box::new(move |reason: &str| {
         let (lock, core) = (lock.upgrade()?, core.upgrade()?);
-        let close = SessionOp::Close {
-            reason: reason.to_owned(),
-            turn: 0,
-            step: 0,
-        };
-        Some(Box::pin(async move {
-            matches!(run_op(lock, &core, close).await, Ok(Some(_)))
-        }))
+        Some(Box::pin(close_with(lock, core, reason.to_owned())))
     })
 }
 
@@ -195,15 +199,9 @@ struct LastHandle {
 
 impl Drop for LastHandle {
     fn drop(&mut self) {
-        let lock = self.lock.clone();
-        let core = self.core.clone();
+        let close = close_with(self.lock.clone(), self.core.clone(), "other".to_owned());
         let spawned = self.core.spawn_task(async move {
-            let close = SessionOp::Close {
-                reason: "other".to_owned(),
-                turn: 0,
-                step: 0,
-            };
-            let _ = run_op(lock, &core, close).await;
+            close.await;
         });
         if !spawned {
             // No runtime to run `SessionEnd` on: the session is forgotten without it.
