@@ -1101,3 +1101,42 @@ fn a_caller_outside_every_task_has_its_dispatch_run_on_a_task() {
     assert!(ran_on.is_some(), "the inline hook ran inside a task");
     rt.block_on(bus.shutdown(Duration::from_secs(5)));
 }
+
+/// Hooks found by the tool's name and hooks asked one by one come out in one fold order
+/// (registration order), whichever list each is in; a hook for another tool is not run.
+#[tokio::test]
+async fn tool_indexed_and_filtered_hooks_keep_registration_order() {
+    let bus = Bus::new();
+    let named = |n: &str| ToolFilter::names(n).unwrap();
+    let specs: [(&'static str, Option<ToolFilter>); 7] = [
+        ("bash-1", Some(named("Bash"))),
+        ("any-1", None),
+        ("any-2", None),
+        ("bash-or-read", Some(named("Bash|Read"))),
+        ("read-only", Some(named("Read"))),
+        ("any-3", None),
+        ("bash-2", Some(named("Bash"))),
+    ];
+    for (name, filter) in specs {
+        let hook = ScriptHook::new(name, |_| PreToolUseAction::allow());
+        let hook = match filter {
+            Some(f) => hook.options(|o| o.filter(f)),
+            None => hook,
+        };
+        bus.register(hook).await.unwrap();
+    }
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
+    let out = s.dispatch(bash("ls", "1")).await.unwrap();
+    let ran: Vec<&str> = out.runs.iter().map(|r| r.hook.as_ref()).collect();
+    assert_eq!(
+        ran,
+        [
+            "bash-1",
+            "any-1",
+            "any-2",
+            "bash-or-read",
+            "any-3",
+            "bash-2"
+        ]
+    );
+}

@@ -17,6 +17,7 @@ use crate::model::error::Error;
 use crate::model::event::EventKind;
 use crate::model::hook::{Hook, HookOptions};
 use crate::runtime::actor::{self, Actor, Supervisor};
+use crate::runtime::channel;
 use crate::runtime::execution::{ExecutionGate, ExecutionIntent};
 use crate::runtime::hook_actor::HookActor;
 use crate::runtime::kill::KillSwitch;
@@ -224,7 +225,7 @@ impl RuntimeCore {
         self.check_running()?;
         match subscription {
             Subscription::Gate { name, options } => {
-                let (tx, rx) = mpsc::channel(self.config.hook_mailbox);
+                let (tx, rx) = channel::channel(self.config.hook_mailbox);
                 self.add_entry(name, options, Target::Actor(tx), session)
                     .await?;
                 Ok(Mailbox::hook(rx))

@@ -21,7 +21,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use serde_json::Value;
 use smallvec::SmallVec;
-use tokio::sync::{mpsc, oneshot, OwnedMutexGuard};
+use tokio::sync::{oneshot, OwnedMutexGuard};
 use tokio::time::Instant;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
@@ -32,6 +32,7 @@ use crate::model::error::ActorKind;
 use crate::model::event::{now_ms, Envelope, Event, EventKind, SessionEnd};
 use crate::model::hook::{CallScope, Hook, HookCx};
 use crate::model::outcome::{blocks_chain, fold, reply_decision, Answered, Outcome, RunStatus};
+use crate::runtime::channel::TrySendError;
 use crate::runtime::core::{HookFailure, RuntimeCore};
 use crate::runtime::event_log::HookRuns;
 use crate::runtime::hook_actor::Serving;
@@ -392,7 +393,13 @@ impl Dispatcher {
 
     /// Starts every matched hook: actor hooks get their delivery, inline hooks their first
     /// poll comes with the join's.
-    fn start_all<'a>(&self, join: &mut Join<'a>, scope: &Arc<CallScope>, inline_cx: &'a HookCx) {
+    fn start_all<'a>(
+        &self,
+        join: &mut Join<'a>,
+        scope: &Arc<CallScope>,
+        inline_cx: &'a HookCx,
+        span: &tracing::Span,
+    ) {
         let (snapshot, matched) = (join.snapshot, join.matched);
         let actors = matched
             .iter()
@@ -407,7 +414,7 @@ impl Dispatcher {
                 (Target::Inline(hook), _) => self.start_inline(entry, hook.as_ref(), inline_cx),
                 (_, Some(latch)) => {
                     slot += 1;
-                    self.start_actor(entry, scope, latch, slot - 1)
+                    self.start_actor(entry, scope, latch, slot - 1, span)
                 }
                 (_, None) => Err(RunStatus::ReplyDropped),
             };
@@ -512,6 +519,7 @@ impl Dispatcher {
         scope: &Arc<CallScope>,
         latch: &Arc<Latch<Answer>>,
         slot: usize,
+        span: &tracing::Span,
     ) -> Result<InFlight<'static>, RunStatus> {
         let admitted = self.admit(entry).and_then(|()| {
             entry
@@ -529,12 +537,12 @@ impl Dispatcher {
         let delivery = Delivery {
             cx: HookCx::scoped(scope),
             reply: Some(ReplySlot::new(latch, slot)),
-            span: tracing::Span::current(),
+            span: span.clone(),
         };
         Ok(match tx.try_send(delivery) {
             Ok(()) => InFlight::Latched(slot),
             // A full mailbox: wait for room within the hook's deadline.
-            Err(mpsc::error::TrySendError::Full(delivery)) => {
+            Err(TrySendError::Full(delivery)) => {
                 let tx = tx.clone();
                 let send = Box::pin(async move {
                     // Refused: the delivery's reply slot is dropped, which answers the slot.
@@ -542,7 +550,7 @@ impl Dispatcher {
                 });
                 InFlight::Sending(send, slot)
             }
-            Err(mpsc::error::TrySendError::Closed(delivery)) => {
+            Err(TrySendError::Closed(delivery)) => {
                 latch.close(slot);
                 drop(delivery);
                 InFlight::Ready(Some(Err(Failure::Error(
@@ -820,7 +828,7 @@ impl Dispatcher {
             }
             Target::Actor(_) | Target::Sharded(_) => {
                 let latch = latch.insert(Latch::new(1));
-                self.start_actor(entry, &scope, latch, 0)
+                self.start_actor(entry, &scope, latch, 0, &tracing::Span::current())
             }
         };
         let mut flight = match flight {
@@ -934,7 +942,14 @@ async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> 
             armed: false,
             epoch: turn.epoch,
         };
-        span.in_scope(|| this.start_all(&mut wait.join, &scope, &inline_cx));
+        // The span every delivery carries, taken once: the dispatch's, or the caller's when
+        // nobody listens to the dispatch's.
+        let current = if span.is_disabled() {
+            tracing::Span::current()
+        } else {
+            span.clone()
+        };
+        span.in_scope(|| this.start_all(&mut wait.join, &scope, &inline_cx, &current));
         std::future::poll_fn(|cx| this.poll_join(&mut wait, &env, cx))
             .instrument(span)
             .await;
@@ -1161,31 +1176,37 @@ fn run_reason(
 /// Indices into the snapshot of the hooks that want this event, in fold order.
 fn matching(snapshot: &Snapshot, env: &Envelope) -> SmallVec<[usize; 8]> {
     let k = env.kind().index();
+    let mut out = SmallVec::new();
+    let wanted = |list: &[usize], out: &mut SmallVec<[usize; 8]>| {
+        for &i in list {
+            if snapshot.hooks[i].matches(env) {
+                out.push(i);
+            }
+        }
+    };
     let Some((tool, _)) = env.event.tool() else {
-        return snapshot.by_event[k]
-            .iter()
-            .copied()
-            .filter(|&i| snapshot.hooks[i].matches(env))
-            .collect();
+        wanted(&snapshot.by_event[k], &mut out);
+        return out;
     };
     // Hooks indexed under this tool's name match by construction; the rest are asked. Both
     // lists are in fold order; merging keeps it.
     let named = snapshot.by_tool[k].get(tool).map_or(&[][..], Vec::as_slice);
-    let mut others = snapshot.untargeted[k]
-        .iter()
-        .copied()
-        .filter(|&i| snapshot.hooks[i].matches(env))
-        .peekable();
-    let mut out = SmallVec::new();
-    let mut named = named.iter().copied().peekable();
-    loop {
-        match (named.peek(), others.peek()) {
-            (Some(&a), Some(&b)) if a < b => out.extend(named.next()),
-            (Some(_), Some(_)) | (None, Some(_)) => out.extend(others.next()),
-            (Some(_), None) => out.extend(named.next()),
-            (None, None) => return out,
-        }
+    if named.is_empty() {
+        wanted(&snapshot.untargeted[k], &mut out);
+        return out;
     }
+    let mut named = named.iter().copied().peekable();
+    for i in snapshot.untargeted[k].iter().copied() {
+        if !snapshot.hooks[i].matches(env) {
+            continue;
+        }
+        while let Some(n) = named.next_if(|&n| n < i) {
+            out.push(n);
+        }
+        out.push(i);
+    }
+    out.extend(named);
+    out
 }
 
 /// Every hook `k` transitively runs after, in fold order.

@@ -11,11 +11,11 @@ use std::task::{Context, Poll};
 use futures_util::future::CatchUnwind;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
-use tokio::sync::mpsc;
 
 use crate::model::error::ActorKind;
 use crate::model::hook::{call_hook, CallHook, Hook, HookCx, CANCEL_GRACE};
 use crate::runtime::actor::{Actor, OnPanic};
+use crate::runtime::channel;
 use crate::runtime::mailbox::{Answer, Delivery, Failure};
 use crate::sys::panics::{contained, panic_message, Contained};
 use tracing::Instrument;
@@ -116,7 +116,7 @@ async fn serve_delivery(hook: &dyn Hook, delivery: Delivery) {
 /// fail by their hook's policy (their reply slots are dropped).
 pub(crate) struct HookActor {
     hook: Arc<dyn Hook>,
-    rx: mpsc::Receiver<Delivery>,
+    rx: channel::Receiver<Delivery>,
     limit: usize,
 }
 
@@ -126,8 +126,8 @@ impl HookActor {
         hook: Arc<dyn Hook>,
         capacity: usize,
         max_concurrency: Option<usize>,
-    ) -> (mpsc::Sender<Delivery>, HookActor) {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+    ) -> (channel::Sender<Delivery>, HookActor) {
+        let (tx, rx) = channel::channel(capacity);
         let actor = HookActor {
             hook,
             rx,

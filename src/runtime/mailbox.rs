@@ -11,6 +11,7 @@ use tokio_stream::Stream;
 use crate::model::action::Reply;
 use crate::model::event::Envelope;
 use crate::model::hook::HookCx;
+use crate::runtime::channel;
 use crate::runtime::latch::Latch;
 
 /// Why a hook produced no usable answer.
@@ -146,7 +147,7 @@ pub(crate) enum ObserverMsg {
 }
 
 enum Inbox {
-    Hook(mpsc::Receiver<Delivery>),
+    Hook(channel::Receiver<Delivery>),
     Observer(mpsc::Receiver<ObserverMsg>),
 }
 
@@ -158,7 +159,7 @@ pub struct Mailbox {
 }
 
 impl Mailbox {
-    pub(crate) fn hook(rx: mpsc::Receiver<Delivery>) -> Self {
+    pub(crate) fn hook(rx: channel::Receiver<Delivery>) -> Self {
         Self {
             inbox: Inbox::Hook(rx),
         }

@@ -8,6 +8,7 @@
 
 pub(crate) mod actor;
 pub(crate) mod bus;
+pub(crate) mod channel;
 pub(crate) mod core;
 pub(crate) mod dispatch;
 pub(crate) mod event_log;

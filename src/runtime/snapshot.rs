@@ -9,23 +9,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::model::error::Error;
 use crate::model::event::{Envelope, EventKind};
 use crate::model::hook::{Hook, HookOptions};
+use crate::runtime::channel;
 use crate::runtime::mailbox::Delivery;
 use crate::runtime::observer::ObserverEntry;
 
 /// How the dispatcher reaches a hook.
 pub(crate) enum Target {
     /// A task of its own (a trait hook's actor, or a user's mailbox).
-    Actor(mpsc::Sender<Delivery>),
+    Actor(channel::Sender<Delivery>),
     /// Several actors serving one hook object, each taking the sessions whose id hashes to it:
     /// sessions on different workers stop contending for one task, and each session's calls
     /// still reach one actor in order.
-    Sharded(Box<[mpsc::Sender<Delivery>]>),
+    Sharded(Box<[channel::Sender<Delivery>]>),
     /// Run on the dispatcher's task.
     Inline(Arc<dyn Hook>),
 }
@@ -295,7 +296,7 @@ fn topo_order(hooks: &[Arc<HookEntry>], deps: &[Vec<usize>]) -> Result<Vec<usize
 impl Target {
     /// The mailbox that serves the session whose id hashes to `shard`; `None` for an inline
     /// hook.
-    pub fn mailbox(&self, shard: u64) -> Option<&mpsc::Sender<Delivery>> {
+    pub fn mailbox(&self, shard: u64) -> Option<&channel::Sender<Delivery>> {
         match self {
             Target::Actor(tx) => Some(tx),
             Target::Sharded(txs) => txs.get((shard % txs.len().max(1) as u64) as usize),
