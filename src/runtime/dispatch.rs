@@ -72,14 +72,17 @@ pub(crate) struct Dispatcher {
     pub bus: Arc<RuntimeCore>,
     seq: u64,
     closed: bool,
-    /// One timer for every parallel join of this session, pushed forward per dispatch: moving a
-    /// registered timer later costs no new registration (and no wake-up of the time driver),
-    /// where a fresh timer per hook call would cost both.
+    /// One timer for every parallel join of this session, set again only when a join needs it
+    /// to fire earlier (see `poll_join`): a fresh timer per hook call, or moving this one at
+    /// every dispatch, would cost a registration with the time driver each time.
     timer: Option<Pin<Box<Sleep>>>,
     /// The turn's tokens, read again only when the turn changed (its epoch moved).
     turn: Option<TurnTokens>,
     /// The session id's hash: which actor of a sharded hook serves this session.
     shard: u64,
+    /// The last parallel join's latch, reused by the next one when no hook holds a slot of it
+    /// any more.
+    spare: Option<Arc<Latch<Answer>>>,
 }
 
 impl Drop for Dispatcher {
@@ -106,6 +109,7 @@ impl Dispatcher {
             timer: None,
             turn: None,
             shard,
+            spare: None,
         }
     }
 
@@ -195,8 +199,14 @@ impl Dispatcher {
                 .timer
                 .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
             if !wait.armed {
+                // Set again only when it would fire too late: one set for an earlier deadline
+                // fires early, finds nothing due and is set to the next deadline then, which
+                // costs less than moving it at every dispatch.
                 wait.armed = true;
-                timer.as_mut().reset(join.first_deadline());
+                let deadline = join.first_deadline();
+                if timer.deadline() > deadline {
+                    timer.as_mut().reset(deadline);
+                }
             }
             if self.expire(join, env, timer, cx).is_ready() {
                 break true;
@@ -396,6 +406,7 @@ impl Dispatcher {
     fn start_all<'a>(
         &self,
         join: &mut Join<'a>,
+        spare: Option<Arc<Latch<Answer>>>,
         scope: &Arc<CallScope>,
         inline_cx: &'a HookCx,
         span: &tracing::Span,
@@ -406,8 +417,9 @@ impl Dispatcher {
             .filter(|&&i| !matches!(snapshot.hooks[i].target, Target::Inline(_)))
             .count();
         // One latch for every actor hook of the dispatch: slot `n` is the `n`-th one's.
-        let latch = (actors > 0).then(|| Latch::new(actors));
+        let latch = (actors > 0).then(|| Latch::renew(spare, actors));
         let mut slot = 0;
+        let mut calls = 0;
         for &i in matched {
             let entry = &snapshot.hooks[i];
             let flight = match (&entry.target, &latch) {
@@ -418,6 +430,9 @@ impl Dispatcher {
                 }
                 (_, None) => Err(RunStatus::ReplyDropped),
             };
+            if !matches!(flight, Err(RunStatus::SkippedCircuitOpen)) {
+                calls += 1;
+            }
             match flight {
                 Ok(flight) => {
                     join.pending += 1;
@@ -435,6 +450,7 @@ impl Dispatcher {
             }
         }
         join.latch = latch;
+        self.count_calls(calls);
     }
 
     /// Polls every hook still running and records the ones that answered.
@@ -500,15 +516,23 @@ impl Dispatcher {
         Poll::Pending
     }
 
-    /// Counts a call, or says it is skipped (open circuit).
+    /// Says a call is skipped (open circuit), and counts it so.
     fn admit(&self, entry: &HookEntry) -> Result<(), RunStatus> {
-        let metrics = &self.bus.metrics;
         if !entry.breaker_admits() {
+            let metrics = &self.bus.metrics;
             metrics.hook_skipped.fetch_add(1, Ordering::Relaxed);
             return Err(RunStatus::SkippedCircuitOpen);
         }
-        metrics.hook_calls.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Counts the calls made (every start but the skipped ones), once per dispatch: the
+    /// counter is shared by every session.
+    fn count_calls(&self, calls: u64) {
+        if calls > 0 {
+            let metrics = &self.bus.metrics;
+            metrics.hook_calls.fetch_add(calls, Ordering::Relaxed);
+        }
     }
 
     /// Sends an actor hook its delivery, with slot `slot` of the dispatch's latch to answer
@@ -831,6 +855,9 @@ impl Dispatcher {
                 self.start_actor(entry, &scope, latch, 0, &tracing::Span::current())
             }
         };
+        if !matches!(flight, Err(RunStatus::SkippedCircuitOpen)) {
+            self.count_calls(1);
+        }
         let mut flight = match flight {
             Ok(flight) => flight,
             Err(status) => {
@@ -904,6 +931,7 @@ async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> 
     this.count(&env);
     let turn = this.tokens();
     let mut timer = this.timer.take();
+    let spare = this.spare.take();
     let matched = matching(&snapshot, &env);
     // Observers take the event now where their mailbox has room; a full one is waited on
     // beside the hooks (a full mailbox must not delay them).
@@ -911,6 +939,7 @@ async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> 
     let sequential = this.bus.config.sequential[env.kind().index()];
     let chained =
         sequential || (snapshot.has_deps && matched.iter().any(|&i| !snapshot.deps[i].is_empty()));
+    let mut spare_after = None;
     let outcome = if chained && !matched.is_empty() {
         // Boxed: chains are the rare path; they should not grow the parallel one.
         let chains = this.run_chains(&snapshot, &env, &matched, sequential, &turn.cancel);
@@ -942,14 +971,8 @@ async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> 
             armed: false,
             epoch: turn.epoch,
         };
-        // The span every delivery carries, taken once: the dispatch's, or the caller's when
-        // nobody listens to the dispatch's.
-        let current = if span.is_disabled() {
-            tracing::Span::current()
-        } else {
-            span.clone()
-        };
-        span.in_scope(|| this.start_all(&mut wait.join, &scope, &inline_cx, &current));
+        let current = delivery_span(&span);
+        span.in_scope(|| this.start_all(&mut wait.join, spare, &scope, &inline_cx, &current));
         std::future::poll_fn(|cx| this.poll_join(&mut wait, &env, cx))
             .instrument(span)
             .await;
@@ -961,11 +984,24 @@ async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> 
         } = wait;
         drop(waiting);
         timer = used;
-        this.fold(&snapshot, &env, &matched, join.into_runs())
+        let (runs, latch) = join.finish();
+        spare_after = latch;
+        this.fold(&snapshot, &env, &matched, runs)
     };
     this.timer = timer;
+    this.spare = spare_after;
     this.record_runs(&env, &outcome);
     outcome
+}
+
+/// The span every delivery of a dispatch carries, taken once: the dispatch's, or the caller's
+/// when nobody listens to the dispatch's.
+fn delivery_span(dispatch: &tracing::Span) -> tracing::Span {
+    if dispatch.is_disabled() {
+        tracing::Span::current()
+    } else {
+        dispatch.clone()
+    }
 }
 
 /// A parallel join while it waits: the hooks, the observers waiting for room, and the
@@ -1124,15 +1160,26 @@ impl<'a> Join<'a> {
         self.pending = 0;
     }
 
-    /// The runs in `matched` order (the slots of the hooks that did not answer close).
-    fn into_runs(mut self) -> impl ExactSizeIterator<Item = Run> {
-        std::mem::take(&mut self.runs).into_iter().map(|r| {
+    /// The runs in `matched` order (the slots of the hooks that did not answer close), and
+    /// the latch, for the next join.
+    fn finish(
+        mut self,
+    ) -> (
+        impl ExactSizeIterator<Item = Run>,
+        Option<Arc<Latch<Answer>>>,
+    ) {
+        if let Some(latch) = &self.latch {
+            latch.close_all();
+        }
+        let latch = self.latch.take();
+        let runs = std::mem::take(&mut self.runs).into_iter().map(|r| {
             r.unwrap_or(Run {
                 status: RunStatus::ReplyDropped,
                 reply: None,
                 elapsed: Duration::ZERO,
             })
-        })
+        });
+        (runs, latch)
     }
 }
 

@@ -66,6 +66,23 @@ impl<T> Latch<T> {
         })
     }
 
+    /// A latch of `n` slots for the next dispatch: `spare` itself, reset, when nobody else
+    /// holds it any more (one allocation less per dispatch), else a new one.
+    pub fn renew(spare: Option<Arc<Latch<T>>>, n: usize) -> Arc<Latch<T>> {
+        let Some(mut latch) = spare else {
+            return Latch::new(n);
+        };
+        let Some(this) = Arc::get_mut(&mut latch) else {
+            return Latch::new(n);
+        };
+        this.slots.clear();
+        this.slots
+            .extend((0..n).map(|_| Mutex::new(Slot::Waiting(None))));
+        *this.waiting.get_mut() = n;
+        *this.finished.get_mut() = 0;
+        latch
+    }
+
     /// How many slots the hook side finished so far.
     pub fn finished(&self) -> usize {
         self.finished.load(Ordering::Acquire)
