@@ -976,15 +976,9 @@ async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> 
         std::future::poll_fn(|cx| this.poll_join(&mut wait, &env, cx))
             .instrument(span)
             .await;
-        let JoinWait {
-            join,
-            timer: used,
-            waiting,
-            ..
-        } = wait;
-        drop(waiting);
-        timer = used;
-        let (runs, latch) = join.finish();
+        drop(wait.waiting.take());
+        timer = wait.timer.take();
+        let (runs, latch) = wait.join.finish();
         spare_after = latch;
         this.fold(&snapshot, &env, &matched, runs)
     };
@@ -1162,17 +1156,18 @@ impl<'a> Join<'a> {
 
     /// The runs in `matched` order (the slots of the hooks that did not answer close), and
     /// the latch, for the next join.
+    /// (Taken in place: the join is large, and moving it costs a copy.)
     fn finish(
-        mut self,
+        &mut self,
     ) -> (
-        impl ExactSizeIterator<Item = Run>,
+        impl ExactSizeIterator<Item = Run> + '_,
         Option<Arc<Latch<Answer>>>,
     ) {
         if let Some(latch) = &self.latch {
             latch.close_all();
         }
         let latch = self.latch.take();
-        let runs = std::mem::take(&mut self.runs).into_iter().map(|r| {
+        let runs = self.runs.drain(..).map(|r| {
             r.unwrap_or(Run {
                 status: RunStatus::ReplyDropped,
                 reply: None,
