@@ -12,7 +12,7 @@
 //! unanswered, or the dispatcher closes it (the hook timed out, the turn was cancelled, the
 //! dispatch ended); closing wakes whoever waits in [`ReplySlot::closed`](crate::ReplySlot).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -20,6 +20,11 @@ use futures_util::task::AtomicWaker;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
+
+/// One finished slot in [`Latch::counts`].
+const FINISHED: u64 = 1 << 32;
+/// The waited-on count in [`Latch::counts`].
+const WAITING: u64 = FINISHED - 1;
 
 /// Where one hook call's answer stands.
 enum Slot<T> {
@@ -38,11 +43,10 @@ enum Slot<T> {
 /// The reply slots of one dispatch.
 pub(crate) struct Latch<T> {
     slots: SmallVec<[Mutex<Slot<T>>; 4]>,
-    /// Slots still waited on.
-    waiting: AtomicUsize,
-    /// Slots the hook side finished (answered or dropped): the dispatcher looks at the slots
-    /// only when this moved.
-    finished: AtomicUsize,
+    /// Slots still waited on (low 32 bits), and slots the hook side finished, answered or
+    /// dropped (high 32 bits): one atomic, so an answer costs one read-modify-write. The
+    /// dispatcher looks at the slots only when the finished count moved.
+    counts: AtomicU64,
     /// The dispatcher, woken when no slot is waited on any more.
     waker: AtomicWaker,
 }
@@ -56,12 +60,12 @@ pub(crate) enum Taken<T> {
 }
 
 impl<T> Latch<T> {
-    /// A latch of `n` slots, all waited on.
+    /// A latch of `n` slots, all waited on (`n` is a count of hook calls: it fits the 32 bits
+    /// it is counted in many times over).
     pub fn new(n: usize) -> Arc<Latch<T>> {
         Arc::new(Latch {
             slots: (0..n).map(|_| Mutex::new(Slot::Waiting(None))).collect(),
-            waiting: AtomicUsize::new(n),
-            finished: AtomicUsize::new(0),
+            counts: AtomicU64::new(n as u64),
             waker: AtomicWaker::new(),
         })
     }
@@ -78,14 +82,18 @@ impl<T> Latch<T> {
         this.slots.clear();
         this.slots
             .extend((0..n).map(|_| Mutex::new(Slot::Waiting(None))));
-        *this.waiting.get_mut() = n;
-        *this.finished.get_mut() = 0;
+        *this.counts.get_mut() = n as u64;
         latch
+    }
+
+    /// How many slots are still waited on.
+    fn waiting(&self) -> u64 {
+        self.counts.load(Ordering::Acquire) & WAITING
     }
 
     /// How many slots the hook side finished so far.
     pub fn finished(&self) -> usize {
-        self.finished.load(Ordering::Acquire)
+        (self.counts.load(Ordering::Acquire) >> 32) as usize
     }
 
     /// Registers the dispatcher's waker; call before looking at the slots.
@@ -114,7 +122,7 @@ impl<T> Latch<T> {
                 Slot::Waiting(waker) => {
                     let waker = waker.take();
                     *slot = Slot::Closed;
-                    self.waiting.fetch_sub(1, Ordering::AcqRel);
+                    self.counts.fetch_sub(1, Ordering::AcqRel);
                     waker
                 }
                 _ => None,
@@ -127,7 +135,7 @@ impl<T> Latch<T> {
 
     /// Stops waiting on every slot.
     pub fn close_all(&self) {
-        if self.waiting.load(Ordering::Acquire) > 0 {
+        if self.waiting() > 0 {
             for k in 0..self.slots.len() {
                 self.close(k);
             }
@@ -148,8 +156,9 @@ impl<T> Latch<T> {
                 None => Slot::Dropped(at),
             };
         }
-        self.finished.fetch_add(1, Ordering::AcqRel);
-        if self.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // One more finished, one fewer waited on.
+        let before = self.counts.fetch_add(FINISHED - 1, Ordering::AcqRel);
+        if before & WAITING == 1 {
             self.waker.wake();
         }
         true
@@ -192,7 +201,7 @@ mod tests {
         assert!(!latch.finish(1, answer("again")), "a slot is finished once");
         assert!(latch.finish(0, None));
         assert_eq!(latch.finished(), 2);
-        assert_eq!(latch.waiting.load(Ordering::Acquire), 1);
+        assert_eq!(latch.waiting(), 1);
         match latch.take(1) {
             Taken::Done(Some(e), _) => assert_eq!(e, "b"),
             _ => panic!("slot 1 answered"),
@@ -200,7 +209,7 @@ mod tests {
         assert!(matches!(latch.take(1), Taken::Waiting), "taken already");
         assert!(matches!(latch.take(0), Taken::Done(None, _)));
         latch.close(2);
-        assert_eq!(latch.waiting.load(Ordering::Acquire), 0);
+        assert_eq!(latch.waiting(), 0);
         assert!(
             !latch.finish(2, answer("late")),
             "a closed slot takes no answer"

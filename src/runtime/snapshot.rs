@@ -299,7 +299,11 @@ impl Target {
     pub fn mailbox(&self, shard: u64) -> Option<&channel::Sender<Delivery>> {
         match self {
             Target::Actor(tx) => Some(tx),
-            Target::Sharded(txs) => txs.get((shard % txs.len().max(1) as u64) as usize),
+            // The hash scaled to the number of actors (a multiply, where `%` is a division).
+            Target::Sharded(txs) => {
+                let at = (u128::from(shard) * txs.len() as u128) >> 64;
+                txs.get(at as usize)
+            }
             Target::Inline(_) => None,
         }
     }
