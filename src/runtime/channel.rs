@@ -248,6 +248,44 @@ mod tests {
         assert!(matches!(tx.try_send(queued), Err(TrySendError::Closed(_))));
     }
 
+    /// Many senders on several workers, a queue of two: every value arrives exactly once, each
+    /// sender's in its order, and the channel ends when the last sender is gone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn many_senders_on_many_workers_lose_nothing_through_a_small_queue() {
+        const SENDERS: u64 = 8;
+        const EACH: u64 = 2_000;
+        let (tx, mut rx) = channel(2);
+        let senders: Vec<_> = (0..SENDERS)
+            .map(|s| {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    for i in 0..EACH {
+                        let value = s * EACH + i;
+                        // Half of them try first and wait only when the queue is full.
+                        match tx.try_send(value) {
+                            Ok(()) => {}
+                            Err(TrySendError::Full(v)) => tx.send(v).await.unwrap(),
+                            Err(TrySendError::Closed(_)) => panic!("the receiver is there"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut next = vec![0u64; SENDERS as usize];
+        let mut count = 0;
+        while let Some(v) = rx.recv().await {
+            let (s, i) = ((v / EACH) as usize, v % EACH);
+            assert_eq!(i, next[s], "sender {s}'s values in order");
+            next[s] += 1;
+            count += 1;
+        }
+        assert_eq!(count, SENDERS * EACH);
+        for s in senders {
+            s.await.unwrap();
+        }
+    }
+
     #[tokio::test]
     async fn several_waiting_senders_all_get_in_as_room_is_made() {
         let (tx, mut rx) = channel(1);
