@@ -169,6 +169,8 @@ impl CallScope {
 }
 
 impl HookCx {
+    /// A context of its own (a remote hook's call, served outside any dispatch).
+    #[cfg(feature = "nats")]
     pub(crate) fn new(
         envelope: Arc<Envelope>,
         scratchpad: Arc<Scratchpad>,

@@ -4,8 +4,9 @@
 //! It does what `tokio::sync::mpsc`'s bounded channel does for this use, at about a third of
 //! its cost per message: a delivery is one short lock around a `VecDeque` and one wake-up, and
 //! taking it is one short lock, with no semaphore to release. Senders wait for room only when the
-//! queue is full, which is rare; they wait on a [`Notify`] that the receiver pokes only when
-//! someone waits. The receiver takes part in tokio's cooperative budget like tokio's own
+//! queue is full, which is rare; they wait on a [`Notify`] that the receiver pokes, one waiter
+//! per value taken, only when someone waits; while anyone waits, room goes to the waiters
+//! first, so a sender that had to wait is not overtaken for ever by ones that did not. The receiver takes part in tokio's cooperative budget like tokio's own
 //! channels do, so a busy mailbox cannot starve the other tasks of its worker.
 
 use std::collections::VecDeque;
@@ -68,14 +69,20 @@ pub(crate) struct Sender<T> {
 }
 
 impl<T> Sender<T> {
-    /// Queues `value` if there is room and the receiver is still there.
+    /// Queues `value` if there is room and the receiver is still there. Room goes to the
+    /// senders already waiting for it first: while one waits, this finds the queue full.
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        self.push(value, true)
+    }
+
+    fn push(&self, value: T, behind_waiters: bool) -> Result<(), TrySendError<T>> {
         {
             let mut queue = self.chan.queue.lock();
             if queue.closed {
                 return Err(TrySendError::Closed(value));
             }
-            if queue.items.len() >= self.chan.capacity {
+            let waiters = behind_waiters && self.chan.waiting.load(Ordering::SeqCst) > 0;
+            if waiters || queue.items.len() >= self.chan.capacity {
                 return Err(TrySendError::Full(value));
             }
             queue.items.push_back(value);
@@ -95,7 +102,7 @@ impl<T> Sender<T> {
             let notified = chan.room.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            match self.try_send(value) {
+            match self.push(value, false) {
                 Ok(()) => return Ok(()),
                 Err(TrySendError::Closed(v)) => return Err(v),
                 Err(TrySendError::Full(v)) => value = v,
@@ -170,7 +177,8 @@ impl<T> Receiver<T> {
             value
         };
         if value.is_some() && self.chan.waiting.load(Ordering::SeqCst) > 0 {
-            self.chan.room.notify_waiters();
+            // One slot freed, one waiter told (a waiter that stopped waiting passes it on).
+            self.chan.room.notify_one();
         }
         value
     }
@@ -185,6 +193,8 @@ impl<T> Drop for Receiver<T> {
             std::mem::take(&mut queue.items)
         };
         self.chan.room.notify_waiters();
+        // The actor's task is done with: its waker is not kept alive by the senders.
+        drop(self.chan.receiver.take());
         drop(queued);
     }
 }
@@ -284,6 +294,26 @@ mod tests {
         for s in senders {
             s.await.unwrap();
         }
+    }
+
+    /// Room freed while a sender waits goes to that sender: one that only tries is refused
+    /// until it got in.
+    #[tokio::test]
+    async fn a_waiting_sender_is_not_overtaken_by_one_that_tries() {
+        let (tx, mut rx) = channel(1);
+        tx.try_send(0).unwrap();
+        let tx2 = tx.clone();
+        let waiting = tokio::spawn(async move { tx2.send(1).await });
+        tokio::task::yield_now().await;
+        assert_eq!(rx.recv().await, Some(0));
+        assert!(
+            matches!(tx.try_send(2), Err(TrySendError::Full(2))),
+            "the freed room is the waiting sender's"
+        );
+        waiting.await.unwrap().unwrap();
+        assert_eq!(rx.recv().await, Some(1));
+        tx.try_send(2).unwrap();
+        assert_eq!(rx.recv().await, Some(2));
     }
 
     #[tokio::test]

@@ -197,7 +197,7 @@ impl Dispatcher {
             }
             let timer = wait
                 .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::ZERO)));
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(join.first_deadline())));
             if !wait.armed {
                 // Set again only when it would fire too late: one set for an earlier deadline
                 // fires early, finds nothing due and is set to the next deadline then, which

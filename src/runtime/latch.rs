@@ -63,6 +63,7 @@ impl<T> Latch<T> {
     /// A latch of `n` slots, all waited on (`n` is a count of hook calls: it fits the 32 bits
     /// it is counted in many times over).
     pub fn new(n: usize) -> Arc<Latch<T>> {
+        debug_assert!((n as u64) < FINISHED, "a latch counts its slots in 32 bits");
         Arc::new(Latch {
             slots: (0..n).map(|_| Mutex::new(Slot::Waiting(None))).collect(),
             counts: AtomicU64::new(n as u64),
@@ -83,6 +84,8 @@ impl<T> Latch<T> {
         this.slots
             .extend((0..n).map(|_| Mutex::new(Slot::Waiting(None))));
         *this.counts.get_mut() = n as u64;
+        // The last dispatch's task is not woken by this one's answers.
+        drop(this.waker.take());
         latch
     }
 
