@@ -118,6 +118,36 @@ async fn next_delivery(session: &BusSession) -> Outcome {
 
 // ---- item 5: the async protocol ----
 
+/// A hook that announces itself async and ends at once is still a background hook: its
+/// output comes with a later event, whether the call saw the announcement or the end first.
+#[tokio::test]
+async fn an_async_hook_that_ends_at_once_is_still_delivered_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let quick = script(
+        d,
+        "quick.sh",
+        r#"cat > /dev/null
+echo '{"async": true}'
+echo '{"systemMessage": "quick note"}'"#,
+    );
+    let s = settings(json!({ "hooks": { "PostToolUse": [
+        { "matcher": "Edit", "hooks": [{ "type": "command", "command": quick }] }
+    ] } }));
+    let bus = Bus::new();
+    s.register(&bus).await.unwrap();
+    let session = open(&bus, "async-quick", d).await;
+    let o = session.dispatch(post("Edit", "t1")).await.unwrap();
+    assert_eq!(runs(&o)[0].report.outcome, HandlerOutcome::Async);
+    assert!(
+        !visible_text(&o).contains("quick note"),
+        "{}",
+        visible_text(&o)
+    );
+    let later = next_delivery(&session).await;
+    assert_eq!(contexts(&later), ["quick note"]);
+}
+
 #[tokio::test]
 async fn an_async_first_line_backgrounds_the_hook_and_keeps_its_json_out_of_the_context() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,6 +3,7 @@
 //! line `{"async": true}`): it then runs on as a [`Job`], bounded by its deadline.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
@@ -184,22 +185,30 @@ fn spawn_job(
     command: &str,
 ) -> Job {
     let cancel = CancellationToken::new();
-    let (input, cap, token, command) = (
-        cx.input.to_vec(),
-        cx.cap,
-        cancel.clone(),
-        command.to_owned(),
-    );
-    let handle = tokio::spawn(async move {
+    let run = finishing(running, cx, deadline, first_line, command, cancel.clone());
+    Job {
+        handle: tokio::spawn(run),
+        cancel,
+        first_line: false,
+    }
+}
+
+/// The rest of a run, owning all it needs (so it can go to a task of its own), killed by
+/// `token`.
+fn finishing(
+    running: process::run::Running,
+    cx: &RunCx<'_>,
+    deadline: Instant,
+    first_line: Option<FirstLine>,
+    command: &str,
+    token: CancellationToken,
+) -> impl Future<Output = Raw> + Send + 'static {
+    let (input, cap, command) = (cx.input.to_vec(), cx.cap, command.to_owned());
+    async move {
         let ended = running
             .finish_watching(&input, cap, deadline, &token, first_line)
             .await;
         raw_of(ended, &command)
-    });
-    Job {
-        handle,
-        cancel,
-        first_line: false,
     }
 }
 
@@ -230,7 +239,7 @@ async fn detachable(
     enum Step {
         Cancelled,
         Line(bool),
-        Done(Result<Raw, tokio::task::JoinError>),
+        Done(Raw),
     }
     let (tx, mut line) = oneshot::channel::<bool>();
     let watch: FirstLine = Box::new(move |first| {
@@ -240,30 +249,50 @@ async fn detachable(
             .flatten()
             .map(|t| deadline_after(Instant::now(), t))
     });
-    let mut job = spawn_job(running, cx, deadline, Some(watch), command);
-    // Until detached, dropping this wait kills the run.
-    let guard = job.cancel.clone().drop_guard();
+    // Run here, on the hook's own task, until it goes to the background: most runs never do,
+    // and a task of their own would cost them two more wake-ups. Dropping this wait drops the
+    // run, which kills it.
+    let cancel = CancellationToken::new();
+    let mut run = Box::pin(finishing(
+        running,
+        cx,
+        deadline,
+        Some(watch),
+        command,
+        cancel.clone(),
+    ));
     let mut seen = false;
     loop {
         let step = tokio::select! {
             biased;
             _ = cx.cancel.cancelled() => Step::Cancelled,
             async_ = &mut line, if !seen => Step::Line(async_.unwrap_or(false)),
-            done = &mut job.handle => Step::Done(done),
+            done = &mut run => Step::Done(done),
         };
         match step {
             Step::Line(false) => seen = true,
             Step::Line(true) => {
-                guard.disarm();
-                job.first_line = true;
-                return Ran::Detached(job);
+                return Ran::Detached(Job {
+                    handle: tokio::spawn(run),
+                    cancel,
+                    first_line: true,
+                });
             }
             Step::Cancelled => {
-                job.cancel.cancel();
-                let _ = (&mut job.handle).await;
+                cancel.cancel();
+                run.await;
                 return Ran::Done(Raw::Cancelled);
             }
-            Step::Done(done) => return Ran::Done(joined(done, command)),
+            // It said it goes to the background, then ended in the same poll: still a
+            // background run, finished already.
+            Step::Done(done) if !seen && matches!(line.try_recv(), Ok(true)) => {
+                return Ran::Detached(Job {
+                    handle: tokio::spawn(std::future::ready(done)),
+                    cancel,
+                    first_line: true,
+                });
+            }
+            Step::Done(done) => return Ran::Done(done),
         }
     }
 }
