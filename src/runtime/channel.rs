@@ -3,11 +3,14 @@
 //!
 //! It does what `tokio::sync::mpsc`'s bounded channel does for this use, at about a third of
 //! its cost per message: a delivery is one short lock around a `VecDeque` and one wake-up, and
-//! taking it is one short lock, with no semaphore to release. Senders wait for room only when the
-//! queue is full, which is rare; they wait on a [`Notify`] that the receiver pokes, one waiter
-//! per value taken, only when someone waits; while anyone waits, room goes to the waiters
-//! first, so a sender that had to wait is not overtaken for ever by ones that did not. The receiver takes part in tokio's cooperative budget like tokio's own
-//! channels do, so a busy mailbox cannot starve the other tasks of its worker.
+//! taking it is one short lock, with no semaphore to release (an empty queue is seen without
+//! the lock).
+//!
+//! Senders wait for room only when the queue is full, which is rare. They wait on a [`Notify`]
+//! that the receiver pokes, one waiter per value taken, only when someone waits; while anyone
+//! waits, room goes to the waiters first, so a sender that had to wait is not overtaken for
+//! ever by ones that did not. The receiver takes part in tokio's cooperative budget as tokio's
+//! own channels do, so a busy mailbox cannot starve the other tasks of its worker.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
