@@ -688,6 +688,42 @@ async fn registration_during_dispatch_keeps_the_started_set() {
     ));
 }
 
+/// FL-1: every run of an outcome names the hook that made it, in fold order, also after the
+/// registry changed between two dispatches of the same session (a hook placed in front by its
+/// priority, one removed, a session hook added).
+#[tokio::test]
+async fn runs_name_their_hooks_after_the_registry_changes() {
+    let bus = Bus::new();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
+    let names = |o: &Outcome| {
+        o.runs
+            .iter()
+            .map(|r| r.hook.to_string())
+            .collect::<Vec<_>>()
+    };
+    for name in ["a", "b"] {
+        bus.register(ScriptHook::new(name, |_| PreToolUseAction::allow()))
+            .await
+            .unwrap();
+    }
+    let first = s.dispatch(bash("x", "1")).await.unwrap();
+    assert_eq!(names(&first), ["a", "b"]);
+    let front =
+        ScriptHook::new("front", |_| PreToolUseAction::block("front")).options(|o| o.priority(-5));
+    bus.register(front).await.unwrap();
+    let second = s.dispatch(bash("x", "2")).await.unwrap();
+    assert_eq!(names(&second), ["front", "a", "b"]);
+    assert_eq!(second.decided_by(), Some("front"));
+    bus.unregister("a").await.unwrap();
+    s.register(ScriptHook::new("own", |_| PreToolUseAction::allow()))
+        .await
+        .unwrap();
+    let third = s.dispatch(bash("x", "3")).await.unwrap();
+    assert_eq!(names(&third), ["front", "b", "own"]);
+    // The first outcome still names what it ran.
+    assert_eq!(names(&first), ["a", "b"]);
+}
+
 /// HK-4, FL-2, FL-6: a stuck observer with mailbox 4 given 10 events never delays the session
 /// beyond the enqueue limit; the drops are counted and reported; a healthy observer loses
 /// nothing.

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc};
@@ -27,7 +26,7 @@ use crate::runtime::observer::{Observer, ObserverActor, ObserverEntry};
 use crate::runtime::registry::{Registry, RegistryMsg};
 use crate::runtime::session::{BusSession, BusSessionConfig};
 use crate::runtime::session_state::SessionShared;
-use crate::runtime::snapshot::Snapshot;
+use crate::runtime::snapshot::{Published, Snapshot};
 use crate::runtime::subscription::Subscription;
 
 /// Default hook timeout (SPEC FL-2), unless `HOOK_TIMEOUT_SECS` says otherwise.
@@ -97,7 +96,7 @@ impl BusBuilder {
             hook_mailbox: self.hook_mailbox.unwrap_or(DEFAULT_HOOK_MAILBOX),
             hook_shards: self.hook_shards.unwrap_or_else(default_hook_shards),
         };
-        let published = Arc::new(ArcSwap::from_pointee(Snapshot::default()));
+        let published = Arc::new(Published::new(Snapshot::default()));
         let sessions = Arc::new(DashMap::new());
         let (registry_tx, registry_rx) = mpsc::channel(64);
         let tracker = TaskTracker::new();

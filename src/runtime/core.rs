@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use dashmap::DashMap;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
@@ -26,7 +25,7 @@ use crate::runtime::metrics::RuntimeMetrics;
 use crate::runtime::observer::ObserverEntry;
 use crate::runtime::registry::RegistryMsg;
 use crate::runtime::session_state::SessionShared;
-use crate::runtime::snapshot::{HookEntry, Snapshot, Target};
+use crate::runtime::snapshot::{HookEntry, Published, Target};
 use crate::runtime::subscription::Subscription;
 
 /// Runtime-wide settings.
@@ -60,7 +59,7 @@ pub(crate) struct RuntimeCore {
     /// Awaited right before each tool runs (the durable audit log's intent).
     pub execution_gates: parking_lot::RwLock<Vec<Arc<dyn ExecutionGate>>>,
     pub config: RuntimeConfig,
-    pub published: Arc<ArcSwap<Snapshot>>,
+    pub published: Arc<Published>,
     pub registry_tx: mpsc::Sender<RegistryMsg>,
     pub sessions: Arc<DashMap<String, Arc<SessionShared>>>,
     pub metrics: Arc<RuntimeMetrics>,

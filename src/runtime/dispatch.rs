@@ -39,7 +39,7 @@ use crate::runtime::hook_actor::Serving;
 use crate::runtime::latch::{Latch, Taken};
 use crate::runtime::mailbox::{Answer, Delivery, Failure, ObserverMsg, ReplySlot};
 use crate::runtime::session_state::SessionShared;
-use crate::runtime::snapshot::{HookEntry, Snapshot, Target};
+use crate::runtime::snapshot::{HookEntry, Snapshot, SnapshotRef, Target};
 
 /// One hook's call, before folding.
 struct Run {
@@ -63,6 +63,31 @@ struct TurnTokens {
     hooks: Arc<CancellationToken>,
 }
 
+/// The names a session's runs and attributions carry: this session's own copies of the
+/// snapshot's hook labels. Every session cloning a hook's one shared name would write its count
+/// at every event, moving that cache line from core to core between sessions.
+#[derive(Default)]
+struct Labels {
+    /// The snapshot they were copied from.
+    generation: u64,
+    /// One per hook of that snapshot, in its order.
+    names: Vec<Arc<str>>,
+}
+
+impl Labels {
+    /// Copies the labels again when the snapshot is another one.
+    fn refresh(&mut self, snapshot: &Snapshot) {
+        if self.generation != snapshot.generation || self.names.len() != snapshot.hooks.len() {
+            self.names = snapshot
+                .hooks
+                .iter()
+                .map(|h| Arc::from(&*h.label))
+                .collect();
+            self.generation = snapshot.generation;
+        }
+    }
+}
+
 /// Observer enqueues that wait for room in a full mailbox, beside the hooks.
 type Waiting<'a> = Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>;
 
@@ -83,6 +108,8 @@ pub(crate) struct Dispatcher {
     /// The last parallel join's latch, reused by the next one when no hook holds a slot of it
     /// any more.
     spare: Option<Arc<Latch<Answer>>>,
+    /// The hook names this session's outcomes carry.
+    labels: Labels,
 }
 
 impl Drop for Dispatcher {
@@ -110,6 +137,7 @@ impl Dispatcher {
             turn: None,
             shard,
             spare: None,
+            labels: Labels::default(),
         }
     }
 
@@ -118,10 +146,10 @@ impl Dispatcher {
         self.closed || self.shared.failure.get().is_some()
     }
 
-    fn snapshot(&self) -> Arc<Snapshot> {
+    fn snapshot(&self) -> Arc<SnapshotRef> {
         match self.shared.hooks.load_full() {
             Some(s) => s,
-            None => self.bus.published.load_full(),
+            None => self.bus.published.load(self.shard),
         }
     }
 
@@ -243,7 +271,7 @@ impl Dispatcher {
     /// Counts the event (and, with detailed metrics, the tool's latency from a Post event).
     fn count(&self, env: &Envelope) {
         let m = &self.bus.metrics;
-        m.detail.by_event[env.kind().index()].fetch_add(1, Ordering::Relaxed);
+        m.dispatches.get(self.shard).by_event[env.kind().index()].fetch_add(1, Ordering::Relaxed);
         if m.detail.enabled() {
             match &env.event {
                 Event::PostToolUse(e) => {
@@ -276,6 +304,7 @@ impl Dispatcher {
     async fn close_in(&mut self, reason: &str, turn: u32, step: u32) -> Box<Outcome> {
         let grace = Instant::now() + self.bus.config.session_end_grace;
         let snapshot = self.snapshot();
+        self.labels.refresh(&snapshot);
         self.flush_observers(&snapshot, grace).await;
         let env = self.envelope(
             Event::SessionEnd(SessionEnd {
@@ -531,7 +560,8 @@ impl Dispatcher {
     fn count_calls(&self, calls: u64) {
         if calls > 0 {
             let metrics = &self.bus.metrics;
-            metrics.hook_calls.fetch_add(calls, Ordering::Relaxed);
+            let counts = metrics.dispatches.get(self.shard);
+            counts.hook_calls.fetch_add(calls, Ordering::Relaxed);
         }
     }
 
@@ -792,6 +822,7 @@ impl Dispatcher {
         blocked
     }
 
+    /// Folds the runs; the labels were refreshed for `snapshot` when the dispatch began.
     fn fold<I>(
         &self,
         snapshot: &Snapshot,
@@ -804,10 +835,11 @@ impl Dispatcher {
         I::IntoIter: ExactSizeIterator,
     {
         let kind = env.kind();
+        let names = &self.labels.names;
         let answers = matched.iter().zip(runs).map(|(&i, run)| {
             let entry = &snapshot.hooks[i];
             Answered {
-                hook: &entry.label,
+                hook: &names[i],
                 policy: entry.options.failure,
                 timeout: entry.timeout,
                 status: run.status,
@@ -928,6 +960,7 @@ async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> 
         seq = env.seq
     );
     let snapshot = this.snapshot();
+    this.labels.refresh(&snapshot);
     this.count(&env);
     let turn = this.tokens();
     let mut timer = this.timer.take();

@@ -9,11 +9,14 @@ use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::error::ActorKind;
+use crate::model::event::EventKind;
+use crate::runtime::stripe::Striped;
 
 /// Counters shared by every actor of one runtime.
 #[derive(Debug, Default)]
 pub(crate) struct RuntimeMetrics {
-    pub hook_calls: AtomicU64,
+    /// What every dispatch counts, striped by session (see [`Striped`]).
+    pub dispatches: Striped<DispatchCounts>,
     pub hook_errors: AtomicU64,
     pub hook_panics: AtomicU64,
     pub hook_timeouts: AtomicU64,
@@ -35,7 +38,24 @@ pub(crate) struct RuntimeMetrics {
     pub detail: DetailedMetrics,
 }
 
+/// What every dispatch counts, in one session's stripe.
+#[derive(Debug, Default)]
+pub(crate) struct DispatchCounts {
+    /// Events dispatched, by [`EventKind::index`].
+    pub by_event: [AtomicU64; EventKind::COUNT],
+    /// Hook calls made (every start but the skipped ones).
+    pub hook_calls: AtomicU64,
+}
+
 impl RuntimeMetrics {
+    /// Events dispatched of one kind, over every stripe.
+    pub fn events_of(&self, kind: EventKind) -> u64 {
+        self.dispatches
+            .iter()
+            .map(|d| d.by_event[kind.index()].load(Ordering::Relaxed))
+            .sum()
+    }
+
     pub fn record_hook_failure(&self, hook: &str) {
         *self.hook_failures.entry(hook.to_owned()).or_default() += 1;
     }
@@ -51,8 +71,8 @@ impl RuntimeMetrics {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         MetricsSnapshot {
             // Counted once per event, by kind; the total is their sum.
-            events_dispatched: self.detail.by_event.iter().map(r).sum(),
-            hook_calls: r(&self.hook_calls),
+            events_dispatched: EventKind::ALL.iter().map(|&k| self.events_of(k)).sum(),
+            hook_calls: self.dispatches.iter().map(|d| r(&d.hook_calls)).sum(),
             hook_errors: r(&self.hook_errors),
             hook_panics: r(&self.hook_panics),
             hook_timeouts: r(&self.hook_timeouts),
@@ -225,12 +245,11 @@ impl Series {
     }
 }
 
-/// Per-event, per-hook and per-tool figures. Events are always counted; hook and tool
-/// latencies are recorded once a [`MetricsHook`](crate::builtins::MetricsHook) asks for them.
+/// Per-hook and per-tool figures (events are counted by kind in
+/// [`RuntimeMetrics::dispatches`]): hook and tool latencies are recorded once a [`MetricsHook`](crate::builtins::MetricsHook) asks for them.
 #[derive(Debug, Default)]
 pub(crate) struct DetailedMetrics {
     pub enabled: std::sync::atomic::AtomicBool,
-    pub by_event: [AtomicU64; crate::model::event::EventKind::COUNT],
     pub hooks: DashMap<String, parking_lot::Mutex<Series>>,
     pub tools: DashMap<String, parking_lot::Mutex<Series>>,
 }
@@ -292,14 +311,9 @@ impl RuntimeMetrics {
         let d = &self.detail;
         MetricsReport {
             runtime: self.snapshot(),
-            events: crate::model::event::EventKind::ALL
+            events: EventKind::ALL
                 .iter()
-                .map(|k| {
-                    (
-                        k.as_str().to_owned(),
-                        d.by_event[k.index()].load(Ordering::Relaxed),
-                    )
-                })
+                .map(|&k| (k.as_str().to_owned(), self.events_of(k)))
                 .filter(|(_, n)| *n > 0)
                 .collect(),
             hooks: d

@@ -23,6 +23,7 @@ pub(crate) mod registry;
 pub(crate) mod session;
 pub(crate) mod session_state;
 pub(crate) mod snapshot;
+pub(crate) mod stripe;
 pub(crate) mod subscription;
 
 pub use bus::{

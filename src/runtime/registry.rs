@@ -13,7 +13,7 @@ use crate::runtime::actor::{Actor, OnPanic};
 use crate::runtime::observer::ObserverEntry;
 use crate::runtime::session_state::SessionShared;
 
-use crate::runtime::snapshot::{HookEntry, Snapshot};
+use crate::runtime::snapshot::{HookEntry, Published, Snapshot, SnapshotRef};
 
 /// Messages the registry actor serves.
 pub(crate) enum RegistryMsg {
@@ -51,7 +51,7 @@ pub(crate) struct Registry {
     /// Global observers only: a session's own live with its hooks, in `sessions`.
     observers: Vec<Arc<ObserverEntry>>,
     sessions: HashMap<String, SessionScope>,
-    published: Arc<arc_swap::ArcSwap<Snapshot>>,
+    published: Arc<Published>,
     session_states: Arc<dashmap::DashMap<String, Arc<SessionShared>>>,
     rx: mpsc::Receiver<RegistryMsg>,
 }
@@ -78,7 +78,7 @@ impl Actor for Registry {
 impl Registry {
     /// The actor on `rx`, not yet spawned.
     pub fn new(
-        published: Arc<arc_swap::ArcSwap<Snapshot>>,
+        published: Arc<Published>,
         session_states: Arc<dashmap::DashMap<String, Arc<SessionShared>>>,
         rx: mpsc::Receiver<RegistryMsg>,
     ) -> Self {
@@ -117,7 +117,7 @@ impl Registry {
                 self.global.clear();
                 self.observers.clear();
                 self.sessions.clear();
-                self.published.store(Arc::new(Snapshot::default()));
+                self.published.store(Snapshot::default());
                 for s in self.session_states.iter() {
                     s.hooks.store(None);
                 }
@@ -230,7 +230,7 @@ impl Registry {
                 let snapshot = Snapshot::build(candidate.clone(), self.observers.clone())?;
                 let merged = self.merged_for_all(&candidate)?;
                 self.global = candidate;
-                self.published.store(Arc::new(snapshot));
+                self.published.store(snapshot);
                 self.store_merged(merged);
             }
             Some(id) => {
@@ -249,7 +249,7 @@ impl Registry {
         if let Some(state) = self.session_states.get(&id) {
             state
                 .hooks
-                .store((!scope.is_empty()).then(|| Arc::new(snapshot)));
+                .store((!scope.is_empty()).then(|| SnapshotRef::new(snapshot)));
         }
         self.sessions.insert(id, scope);
         Ok(())
@@ -274,7 +274,7 @@ impl Registry {
     fn store_merged(&self, merged: Vec<(String, Snapshot)>) {
         for (id, snapshot) in merged {
             if let Some(state) = self.session_states.get(&id) {
-                state.hooks.store(Some(Arc::new(snapshot)));
+                state.hooks.store(Some(SnapshotRef::new(snapshot)));
             }
         }
     }
@@ -283,7 +283,7 @@ impl Registry {
     fn publish_all(&mut self) -> Result<(), Error> {
         let snapshot = Snapshot::build(self.global.clone(), self.observers.clone())?;
         let merged = self.merged_for_all(&self.global)?;
-        self.published.store(Arc::new(snapshot));
+        self.published.store(snapshot);
         self.store_merged(merged);
         Ok(())
     }

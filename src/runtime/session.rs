@@ -15,6 +15,7 @@
 //! [`Error::ActorFailed`] naming it, as for an actor that stopped.
 
 use std::future::Future;
+use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -59,13 +60,17 @@ pub(crate) enum SessionOp {
 /// One operation on a session's dispatcher, with its panics caught: a panic fails the session
 /// (later calls get [`Error::ActorFailed`], the session is forgotten without `SessionEnd`) and
 /// is reported, as for an actor that stopped.
-struct Guarded {
+///
+/// `C` is how it reaches the runtime core: borrowed while its caller awaits it (every session
+/// cloning the one core's `Arc` at every event would move that count's cache line from core to
+/// core), owned once it moves to a task of its own.
+struct Guarded<C> {
     work: Pin<Box<dyn Future<Output = Box<Outcome>> + Send>>,
     shared: Arc<SessionShared>,
-    core: Arc<RuntimeCore>,
+    core: C,
 }
 
-impl Guarded {
+impl<C: Deref<Target = RuntimeCore>> Guarded<C> {
     fn fail(&self, message: String) {
         let failure = ActorFailure {
             kind: ActorKind::Session,
@@ -81,9 +86,18 @@ impl Guarded {
         }
         self.core.supervisor.report(failure);
     }
+
+    /// The same work, reaching the core through `core`.
+    fn with_core<D>(self, core: D) -> Guarded<D> {
+        Guarded {
+            work: self.work,
+            shared: self.shared,
+            core,
+        }
+    }
 }
 
-impl Future for Guarded {
+impl<C: Deref<Target = RuntimeCore> + Unpin> Future for Guarded<C> {
     /// `None` when the dispatcher panicked.
     type Output = Option<Box<Outcome>>;
 
@@ -126,29 +140,35 @@ pub(crate) async fn run_op(
     let work = Guarded {
         work,
         shared,
-        core: core.clone(),
+        core: &**core,
     };
     // A caller outside every task (`block_on`, a thread of its own) would wake each hook's
     // actor from outside the runtime's workers; one hop to a task costs less than that.
     if tokio::task::try_id().is_none() {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (tx, rx) = tokio::sync::oneshot::channel();
+            let work = work.with_core(core.clone());
             core.spawn_task_on(&runtime, async move {
                 let _ = tx.send(work.await);
             });
             return Ok(rx.await.ok().flatten());
         }
     }
-    Ok(ToTheEnd { work: Some(work) }.await)
+    Ok(ToTheEnd {
+        work: Some(work),
+        core,
+    }
+    .await)
 }
 
 /// Work that finishes even when its caller stops waiting: dropped before it is done, it moves
 /// to a task of its own on the runtime (tracked, so shutdown waits for it or kills it).
-struct ToTheEnd {
-    work: Option<Guarded>,
+struct ToTheEnd<'a> {
+    work: Option<Guarded<&'a RuntimeCore>>,
+    core: &'a Arc<RuntimeCore>,
 }
 
-impl Future for ToTheEnd {
+impl Future for ToTheEnd<'_> {
     type Output = Option<Box<Outcome>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -161,11 +181,11 @@ impl Future for ToTheEnd {
     }
 }
 
-impl Drop for ToTheEnd {
+impl Drop for ToTheEnd<'_> {
     fn drop(&mut self) {
         if let Some(work) = self.work.take() {
-            let core = work.core.clone();
-            core.spawn_task(async move {
+            let work = work.with_core(self.core.clone());
+            self.core.spawn_task(async move {
                 work.await;
             });
         }

@@ -13,7 +13,7 @@ use crate::model::error::ActorFailure;
 use crate::model::event::SessionFields;
 use crate::model::scratchpad::Scratchpad;
 use crate::runtime::event_log::{EventLog, EventStream, HistoryStats, HookRunStream, LogBounds};
-use crate::runtime::snapshot::Snapshot;
+use crate::runtime::snapshot::SnapshotRef;
 
 /// How to open a session.
 #[derive(Debug, Clone, Default)]
@@ -89,7 +89,7 @@ pub(crate) struct SessionShared {
     pub fields: Arc<SessionFields>,
     pub scratchpad: Arc<Scratchpad>,
     /// Global + session hooks merged, while the session has hooks of its own.
-    pub hooks: ArcSwapOption<Snapshot>,
+    pub hooks: ArcSwapOption<SnapshotRef>,
     /// The current turn's cancellation token; hook calls get children of it.
     turn: Mutex<Arc<CancellationToken>>,
     /// Bumped by every `cancel_turn`, before the token fires: a cheap "was the turn cancelled

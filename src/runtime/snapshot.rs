@@ -4,10 +4,11 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -18,6 +19,7 @@ use crate::model::hook::{Hook, HookOptions};
 use crate::runtime::channel;
 use crate::runtime::mailbox::Delivery;
 use crate::runtime::observer::ObserverEntry;
+use crate::runtime::stripe::Striped;
 
 /// How the dispatcher reaches a hook.
 pub(crate) enum Target {
@@ -142,10 +144,65 @@ impl HookEntry {
     }
 }
 
+/// The next built snapshot's [`Snapshot::generation`].
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// One handle on a published snapshot: what a dispatch holds while it runs.
+pub(crate) struct SnapshotRef(Arc<Snapshot>);
+
+impl SnapshotRef {
+    /// A handle of its own on a new snapshot.
+    pub fn new(snapshot: Snapshot) -> Arc<SnapshotRef> {
+        Arc::new(SnapshotRef(Arc::new(snapshot)))
+    }
+}
+
+impl std::ops::Deref for SnapshotRef {
+    type Target = Snapshot;
+
+    fn deref(&self) -> &Snapshot {
+        &self.0
+    }
+}
+
+/// The bus's snapshot as every session reads it at every dispatch: one handle on it per
+/// stripe ([`Striped`]), so a dispatch counts its hold on its own session's stripe rather than
+/// on the one `Arc` every session would otherwise share.
+pub(crate) struct Published {
+    stripes: Striped<ArcSwap<SnapshotRef>>,
+}
+
+impl Published {
+    /// Publishes `snapshot` first.
+    pub fn new(snapshot: Snapshot) -> Self {
+        let snapshot = Arc::new(snapshot);
+        Self {
+            stripes: Striped::new(|| ArcSwap::from_pointee(SnapshotRef(snapshot.clone()))),
+        }
+    }
+
+    /// Replaces the snapshot in every stripe; a dispatch that began before keeps the one it
+    /// holds.
+    pub fn store(&self, snapshot: Snapshot) {
+        let snapshot = Arc::new(snapshot);
+        for stripe in self.stripes.iter() {
+            stripe.store(Arc::new(SnapshotRef(snapshot.clone())));
+        }
+    }
+
+    /// The snapshot, through the stripe of `key` (a session's hash).
+    pub fn load(&self, key: u64) -> Arc<SnapshotRef> {
+        self.stripes.get(key).load_full()
+    }
+}
+
 /// An immutable view of the registered hooks and observers, in fold order, with an index per
 /// event.
 #[derive(Default)]
 pub(crate) struct Snapshot {
+    /// Which build this is: every built snapshot has its own (the empty default has 0), so a
+    /// session can tell whether what it derived from an earlier one still holds.
+    pub generation: u64,
     /// Hooks in fold order: a topological order of `after`, ties by (priority, registration).
     pub hooks: Vec<Arc<HookEntry>>,
     /// Indices into `hooks` per event kind, in fold order.
@@ -234,6 +291,7 @@ impl Snapshot {
             }
         }
         Ok(Snapshot {
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             hooks: ordered,
             by_event,
             deps,
