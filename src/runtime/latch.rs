@@ -49,6 +49,9 @@ pub(crate) struct Latch<T> {
     counts: AtomicU64,
     /// The dispatcher, woken when no slot is waited on any more.
     waker: AtomicWaker,
+    /// Bit `k` set: slot `k` (of the first 64) was closed. Lets the hook side see it without
+    /// taking the slot's lock before a call.
+    closed: AtomicU64,
 }
 
 /// What the dispatcher finds in a slot.
@@ -68,6 +71,7 @@ impl<T> Latch<T> {
             slots: (0..n).map(|_| Mutex::new(Slot::Waiting(None))).collect(),
             counts: AtomicU64::new(n as u64),
             waker: AtomicWaker::new(),
+            closed: AtomicU64::new(0),
         })
     }
 
@@ -84,6 +88,7 @@ impl<T> Latch<T> {
         this.slots
             .extend((0..n).map(|_| Mutex::new(Slot::Waiting(None))));
         *this.counts.get_mut() = n as u64;
+        *this.closed.get_mut() = 0;
         // The last dispatch's task is not woken by this one's answers.
         drop(this.waker.take());
         latch
@@ -125,6 +130,9 @@ impl<T> Latch<T> {
                 Slot::Waiting(waker) => {
                     let waker = waker.take();
                     *slot = Slot::Closed;
+                    if k < 64 {
+                        self.closed.fetch_or(1 << k, Ordering::Release);
+                    }
                     self.counts.fetch_sub(1, Ordering::AcqRel);
                     waker
                 }
@@ -169,6 +177,9 @@ impl<T> Latch<T> {
 
     /// Whether the dispatcher stopped waiting on slot `k`.
     pub fn is_closed(&self, k: usize) -> bool {
+        if k < 64 {
+            return self.closed.load(Ordering::Acquire) & (1 << k) != 0;
+        }
         matches!(*self.slots[k].lock(), Slot::Closed)
     }
 
@@ -218,6 +229,20 @@ mod tests {
             "a closed slot takes no answer"
         );
         assert!(latch.is_closed(2));
+        assert!(!latch.is_closed(0) && !latch.is_closed(1), "answered, not closed");
+    }
+
+    #[test]
+    fn closed_slots_are_seen_past_the_first_64_and_forgotten_on_renewal() {
+        let latch = Latch::<String>::new(70);
+        for k in [0, 63, 64, 69] {
+            assert!(!latch.is_closed(k));
+            latch.close(k);
+            assert!(latch.is_closed(k), "slot {k} closed");
+        }
+        assert!(!latch.is_closed(1) && !latch.is_closed(65));
+        let renewed = Latch::renew(Some(latch), 70);
+        assert!((0..70).all(|k| !renewed.is_closed(k)), "a renewed latch has no closed slot");
     }
 
     #[test]
