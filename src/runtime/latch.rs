@@ -229,7 +229,10 @@ mod tests {
             "a closed slot takes no answer"
         );
         assert!(latch.is_closed(2));
-        assert!(!latch.is_closed(0) && !latch.is_closed(1), "answered, not closed");
+        assert!(
+            !latch.is_closed(0) && !latch.is_closed(1),
+            "answered, not closed"
+        );
     }
 
     #[test]
@@ -242,7 +245,10 @@ mod tests {
         }
         assert!(!latch.is_closed(1) && !latch.is_closed(65));
         let renewed = Latch::renew(Some(latch), 70);
-        assert!((0..70).all(|k| !renewed.is_closed(k)), "a renewed latch has no closed slot");
+        assert!(
+            (0..70).all(|k| !renewed.is_closed(k)),
+            "a renewed latch has no closed slot"
+        );
     }
 
     #[test]
