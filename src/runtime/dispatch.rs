@@ -555,8 +555,8 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Counts the calls made (every start but the skipped ones), once per dispatch: the
-    /// counter is shared by every session.
+    /// Counts the calls made (every start but the skipped ones), once per dispatch, in the
+    /// session's stripe.
     fn count_calls(&self, calls: u64) {
         if calls > 0 {
             let metrics = &self.bus.metrics;
@@ -835,6 +835,10 @@ impl Dispatcher {
         I::IntoIter: ExactSizeIterator,
     {
         let kind = env.kind();
+        debug_assert_eq!(
+            self.labels.generation, snapshot.generation,
+            "labels refreshed"
+        );
         let names = &self.labels.names;
         let answers = matched.iter().zip(runs).map(|(&i, run)| {
             let entry = &snapshot.hooks[i];

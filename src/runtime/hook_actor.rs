@@ -93,6 +93,11 @@ async fn serve_delivery(hook: &dyn Hook, delivery: Delivery) {
     .await;
     match answer {
         Some(answer) => {
+            // The call and this context go before the answer: the dispatcher, woken by it,
+            // then holds the last reference to the dispatch's scope and envelope and frees
+            // them on its own worker, where they were allocated.
+            drop(call);
+            drop(cx);
             slot.answer(answer);
         }
         None => {

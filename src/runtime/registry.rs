@@ -1,6 +1,8 @@
 //! The registry (HK-5): an actor that owns the registered hooks and observers and publishes
-//! immutable [`Snapshot`]s. Dispatch reads a snapshot with one atomic load and never takes a lock
-//! that registration holds; an event keeps the snapshot it started with.
+//! immutable [`Snapshot`]s. Dispatch reads a snapshot with one atomic load (through its session's
+//! stripe of [`Published`]) and never takes a lock that registration holds; an event keeps the
+//! snapshot it started with. The registry replies to a change only after every stripe and every
+//! session's own snapshot hold the new one.
 
 use std::collections::HashMap;
 use std::sync::Arc;

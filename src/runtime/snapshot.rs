@@ -147,7 +147,10 @@ impl HookEntry {
 /// The next built snapshot's [`Snapshot::generation`].
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// One handle on a published snapshot: what a dispatch holds while it runs.
+/// One handle on a published snapshot: what a dispatch holds while it runs. Aligned to its own
+/// cache lines, so the reference counts of two stripes' handles (allocated one after another)
+/// never share one.
+#[repr(align(128))]
 pub(crate) struct SnapshotRef(Arc<Snapshot>);
 
 impl SnapshotRef {
@@ -193,6 +196,28 @@ impl Published {
     /// The snapshot, through the stripe of `key` (a session's hash).
     pub fn load(&self, key: u64) -> Arc<SnapshotRef> {
         self.stripes.get(key).load_full()
+    }
+}
+
+#[cfg(test)]
+mod published_tests {
+    use super::*;
+
+    #[test]
+    fn every_stripe_counts_its_holds_on_lines_of_its_own() {
+        let published = Published::new(Snapshot::default());
+        published.store(Snapshot::default());
+        let handles: Vec<Arc<SnapshotRef>> = (0..published.stripes.iter().count() as u64)
+            .map(|k| published.load(k))
+            .collect();
+        let mut addresses: Vec<usize> = handles.iter().map(|h| Arc::as_ptr(h) as usize).collect();
+        addresses.sort_unstable();
+        assert!(
+            addresses.windows(2).all(|w| w[1] - w[0] >= 128),
+            "stripes' handles share cache lines: {addresses:x?}"
+        );
+        // Every stripe holds the one snapshot that was stored last.
+        assert!(handles.iter().all(|h| Arc::ptr_eq(&h.0, &handles[0].0)));
     }
 }
 
