@@ -50,7 +50,6 @@ struct Run {
 }
 
 /// The tokens of the session's current turn, as a dispatch uses them.
-#[derive(Clone)]
 struct TurnTokens {
     /// The turn's epoch when they were read.
     epoch: u64,
@@ -171,11 +170,12 @@ impl Dispatcher {
         env
     }
 
-    /// The turn's tokens, read under the turn's lock only when the turn changed.
+    /// The turn's tokens, read under the turn's lock only when the turn changed. Taken out
+    /// for the dispatch, which puts them back when it ends (no count moves per event).
     fn tokens(&mut self) -> TurnTokens {
         let epoch = self.shared.turn_epoch();
-        if let Some(turn) = self.turn.as_ref().filter(|t| t.epoch == epoch) {
-            return turn.clone();
+        if let Some(turn) = self.turn.take().filter(|t| t.epoch == epoch) {
+            return turn;
         }
         let (cancel, epoch) = self.shared.turn();
         let hooks = Arc::new(cancel.child_token());
@@ -184,7 +184,6 @@ impl Dispatcher {
             cancel,
             hooks,
         };
-        self.turn = Some(turn.clone());
         turn
     }
 
@@ -1021,6 +1020,7 @@ async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> 
     };
     this.timer = timer;
     this.spare = spare_after;
+    this.turn = Some(turn);
     this.record_runs(&env, &outcome);
     outcome
 }
