@@ -179,12 +179,11 @@ impl Dispatcher {
         }
         let (cancel, epoch) = self.shared.turn();
         let hooks = Arc::new(cancel.child_token());
-        let turn = TurnTokens {
+        TurnTokens {
             epoch,
             cancel,
             hooks,
-        };
-        turn
+        }
     }
 
     /// Polls a parallel join: ready when every hook answered, timed out or was cancelled, and
