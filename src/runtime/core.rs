@@ -166,8 +166,9 @@ impl RuntimeCore {
     ) -> Result<(), Error> {
         self.check_running()?;
         let options = hook.options();
-        // A global hook without a concurrency limit gets one actor per worker; a session's
-        // own hook, or one whose limit must hold across calls, gets one.
+        // A global hook without a concurrency limit gets `hook_shards` actors (four per
+        // worker by default); a session's own hook, or one whose limit must hold across
+        // calls, gets one.
         let shards = match (&session, options.max_concurrency) {
             (None, None) => self.config.hook_shards.max(1),
             _ => 1,
