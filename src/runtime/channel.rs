@@ -4,7 +4,8 @@
 //! It does what `tokio::sync::mpsc`'s bounded channel does for this use, at about a third of
 //! its cost per message: a delivery is one short lock around a `VecDeque` and one wake-up, and
 //! taking it is one short lock, with no semaphore to release (an empty queue is seen without
-//! the lock).
+//! the lock). Only a value that finds the queue empty wakes the receiver: one that finds values
+//! before it is taken in the same run, since the receiver waits again only on an empty queue.
 //!
 //! Senders wait for room only when the queue is full, which is rare. They wait on a [`Notify`]
 //! that the receiver pokes, one waiter per value taken, only when someone waits; while anyone
@@ -90,6 +91,11 @@ impl<T> Sender<T> {
             }
             queue.items.push_back(value);
             self.chan.len.fetch_add(1, Ordering::Release);
+            if queue.items.len() > 1 {
+                // The receiver was woken by the value before this one and has not taken it
+                // yet: it takes this one too before it waits again.
+                return Ok(());
+            }
         }
         self.chan.receiver.wake();
         Ok(())
@@ -227,6 +233,47 @@ mod tests {
         assert!(!end.is_finished(), "a sender is left: no end yet");
         drop(tx2);
         assert_eq!(end.await.unwrap(), None);
+    }
+
+    #[test]
+    fn the_first_value_wakes_a_waiting_receiver_and_the_ones_behind_it_are_taken_too() {
+        use std::sync::atomic::AtomicUsize;
+        use std::task::{Wake, Waker};
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let (tx, mut rx) = channel(8);
+        for round in 1..=2 {
+            assert!(
+                rx.poll_recv(&mut cx).is_pending(),
+                "empty: the receiver waits"
+            );
+            for v in 0..3 {
+                tx.try_send(v).unwrap();
+            }
+            assert_eq!(
+                count.0.load(Ordering::SeqCst),
+                round,
+                "woken once per round"
+            );
+            for v in 0..3 {
+                assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(v)));
+            }
+        }
+        assert!(rx.poll_recv(&mut cx).is_pending());
+        drop(tx);
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            3,
+            "the last sender leaving wakes it"
+        );
+        assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(None));
     }
 
     #[tokio::test]
