@@ -271,6 +271,58 @@ impl Hook for Flaky {
     }
 }
 
+/// FL-1, FL-3: a hook whose future panics when it is dropped, after it answered, still has its
+/// answer folded; its actor is restarted and serves the next event.
+#[tokio::test]
+async fn a_hook_future_that_panics_on_drop_still_answers() {
+    struct Answered(Option<PreToolUseAction>);
+    impl std::future::Future for Answered {
+        type Output = HookResult<PreToolUseAction>;
+        fn poll(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Self::Output> {
+            let action = self.0.take().unwrap_or_else(PreToolUseAction::allow);
+            std::task::Poll::Ready(Ok(action.into()))
+        }
+    }
+    impl Drop for Answered {
+        fn drop(&mut self) {
+            panic!("dropped after answering");
+        }
+    }
+    struct Guarding;
+    #[async_trait]
+    impl Hook for Guarding {
+        fn name(&self) -> &str {
+            "guarding"
+        }
+        fn pre_tool_use<'a, 'b, 'c, 'f>(
+            &'a self,
+            _: &'b HookCx,
+            _: &'c PreToolUse,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = HookResult<PreToolUseAction>> + Send + 'f>,
+        >
+        where
+            'a: 'f,
+            'b: 'f,
+            'c: 'f,
+            Self: 'f,
+        {
+            Box::pin(Answered(Some(PreToolUseAction::block("guarded"))))
+        }
+    }
+    let bus = Bus::new();
+    bus.register(Guarding).await.unwrap();
+    let s = bus.open_session(BusSessionConfig::new()).await.unwrap();
+    for i in 0..3 {
+        let out = s.dispatch(bash("ls", &format!("d{i}"))).await.unwrap();
+        assert_eq!(out.decision, Decision::Block, "event {i}: {out:?}");
+        assert_eq!(out.runs[0].status, RunStatus::Answered);
+    }
+}
+
 /// FL-1, FL-3: a panicking hook keeps serving; the panic is a warning in the result.
 #[tokio::test]
 async fn panics_are_isolated_and_reported() {

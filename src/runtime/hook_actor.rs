@@ -95,10 +95,14 @@ async fn serve_delivery(hook: &dyn Hook, delivery: Delivery) {
         Some(answer) => {
             // The call and this context go before the answer: the dispatcher, woken by it,
             // then holds the last reference to the dispatch's scope and envelope and frees
-            // them on its own worker, where they were allocated.
-            drop(call);
+            // them on its own worker, where they were allocated. A panic while the call is
+            // dropped still comes after the answer, as when the call outlived it.
+            let dropped = std::panic::catch_unwind(AssertUnwindSafe(move || drop(call)));
             drop(cx);
             slot.answer(answer);
+            if let Err(panic) = dropped {
+                std::panic::resume_unwind(panic);
+            }
         }
         None => {
             // The token fires first; the call gets a short grace to see it. Boxed: the rare

@@ -205,6 +205,7 @@ mod published_tests {
 
     #[test]
     fn every_stripe_counts_its_holds_on_lines_of_its_own() {
+        assert!(std::mem::align_of::<SnapshotRef>() >= 128);
         let published = Published::new(Snapshot::default());
         published.store(Snapshot::default());
         let handles: Vec<Arc<SnapshotRef>> = (0..published.stripes.iter().count() as u64)
