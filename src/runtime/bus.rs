@@ -72,8 +72,8 @@ impl BusBuilder {
     }
 
     /// Actors per global hook without a `max_concurrency` (default: four per worker of the
-    /// runtime, at most 32; one on a current-thread runtime). Each serves the sessions whose id hashes to
-    /// it, so each session's calls reach one actor, in order.
+    /// runtime, at most 32; one on a current-thread runtime). Each serves the sessions whose id
+    /// hashes to it, so each session's calls reach one actor, in order.
     pub fn hook_shards(mut self, shards: usize) -> Self {
         self.hook_shards = Some(shards.clamp(1, 64));
         self

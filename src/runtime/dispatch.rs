@@ -145,11 +145,14 @@ impl Dispatcher {
         self.closed || self.shared.failure.get().is_some()
     }
 
-    fn snapshot(&self) -> Arc<SnapshotRef> {
-        match self.shared.hooks.load_full() {
+    /// The snapshot this dispatch runs over, with the session's labels made to match it.
+    fn snapshot(&mut self) -> Arc<SnapshotRef> {
+        let snapshot = match self.shared.hooks.load_full() {
             Some(s) => s,
             None => self.bus.published.load(self.shard),
-        }
+        };
+        self.labels.refresh(&snapshot);
+        snapshot
     }
 
     fn envelope(&mut self, event: Event, turn: u32, step: u32) -> Arc<Envelope> {
@@ -302,7 +305,6 @@ impl Dispatcher {
     async fn close_in(&mut self, reason: &str, turn: u32, step: u32) -> Box<Outcome> {
         let grace = Instant::now() + self.bus.config.session_end_grace;
         let snapshot = self.snapshot();
-        self.labels.refresh(&snapshot);
         self.flush_observers(&snapshot, grace).await;
         let env = self.envelope(
             Event::SessionEnd(SessionEnd {
@@ -820,7 +822,8 @@ impl Dispatcher {
         blocked
     }
 
-    /// Folds the runs; the labels were refreshed for `snapshot` when the dispatch began.
+    /// Folds the runs; `snapshot` is the one `Dispatcher::snapshot` gave this dispatch, so the
+    /// labels match it.
     fn fold<I>(
         &self,
         snapshot: &Snapshot,
@@ -962,7 +965,6 @@ async fn dispatch(mut this: OwnedMutexGuard<Dispatcher>, env: Arc<Envelope>) -> 
         seq = env.seq
     );
     let snapshot = this.snapshot();
-    this.labels.refresh(&snapshot);
     this.count(&env);
     let turn = this.tokens();
     let mut timer = this.timer.take();

@@ -71,7 +71,12 @@ impl RuntimeMetrics {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         MetricsSnapshot {
             // Counted once per event, by kind; the total is their sum.
-            events_dispatched: EventKind::ALL.iter().map(|&k| self.events_of(k)).sum(),
+            events_dispatched: self
+                .dispatches
+                .iter()
+                .flat_map(|d| d.by_event.iter())
+                .map(r)
+                .sum(),
             hook_calls: self.dispatches.iter().map(|d| r(&d.hook_calls)).sum(),
             hook_errors: r(&self.hook_errors),
             hook_panics: r(&self.hook_panics),
@@ -245,8 +250,9 @@ impl Series {
     }
 }
 
-/// Per-hook and per-tool figures (events are counted by kind in
-/// [`RuntimeMetrics::dispatches`]): hook and tool latencies are recorded once a [`MetricsHook`](crate::builtins::MetricsHook) asks for them.
+/// Per-hook and per-tool latencies, recorded once a
+/// [`MetricsHook`](crate::builtins::MetricsHook) asks for them (events are counted by kind in
+/// [`RuntimeMetrics::dispatches`]).
 #[derive(Debug, Default)]
 pub(crate) struct DetailedMetrics {
     pub enabled: std::sync::atomic::AtomicBool,
