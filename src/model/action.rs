@@ -272,6 +272,42 @@ impl Action {
     }
 }
 
+/// A typed action that can say, before it becomes an [`Action`], that it has no effect. A
+/// typed hook method's action always fits the event it was called for, so an inert one with no
+/// extras changes nothing and is dropped where the hook returns it.
+pub(crate) trait Inert: Into<Action> {
+    /// Whether folding it would change nothing.
+    fn is_inert(&self) -> bool;
+}
+
+impl Inert for () {
+    fn is_inert(&self) -> bool {
+        true
+    }
+}
+impl Inert for GateAction {
+    fn is_inert(&self) -> bool {
+        matches!(self, GateAction::Continue)
+    }
+}
+impl Inert for PermissionAction {
+    fn is_inert(&self) -> bool {
+        matches!(self, PermissionAction::Continue)
+    }
+}
+impl Inert for PreToolUseAction {
+    fn is_inert(&self) -> bool {
+        self.decision == ToolDecision::Continue
+            && self.reason.is_none()
+            && self.updated_input.is_none()
+    }
+}
+impl Inert for PostToolUseAction {
+    fn is_inert(&self) -> bool {
+        self.replace_output.is_none() && self.block_reason.is_none()
+    }
+}
+
 impl From<PreToolUseAction> for Action {
     fn from(a: PreToolUseAction) -> Self {
         Action::PreToolUse(a)
@@ -406,3 +442,68 @@ impl<A: Into<Action>> From<HookOutput<A>> for Reply {
 
 /// The result type of every [`Hook`](crate::Hook) method.
 pub type HookResult<A> = Result<HookOutput<A>, crate::HookError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `Inert::is_inert` is the shortcut of `Action::is_noop_for` for a typed method's action
+    /// on the events that method serves: the two never disagree.
+    #[test]
+    fn a_typed_action_is_inert_exactly_when_its_action_changes_nothing() {
+        fn agree<A: Inert + Clone + std::fmt::Debug>(actions: &[A], kinds: &[EventKind]) {
+            for a in actions {
+                for &kind in kinds {
+                    let action: Action = a.clone().into();
+                    assert_eq!(a.is_inert(), action.is_noop_for(kind), "{a:?} on {kind:?}");
+                }
+            }
+        }
+        use EventKind as K;
+        agree(&[()], &K::ALL);
+        agree(
+            &[GateAction::Continue, GateAction::block("no")],
+            &[K::UserPromptSubmit, K::Stop, K::SubagentStop, K::PreCompact],
+        );
+        agree(
+            &[
+                PreToolUseAction::proceed(),
+                PreToolUseAction::block("no"),
+                PreToolUseAction::ask("sure?"),
+                PreToolUseAction::defer("later"),
+                PreToolUseAction {
+                    updated_input: Some(json!({"command": "ls"})),
+                    ..PreToolUseAction::default()
+                },
+                PreToolUseAction {
+                    reason: Some("noted".into()),
+                    ..PreToolUseAction::default()
+                },
+            ],
+            &[K::PreToolUse],
+        );
+        agree(
+            &[
+                PostToolUseAction::keep(),
+                PostToolUseAction {
+                    replace_output: Some(json!("redacted")),
+                    block_reason: None,
+                },
+                PostToolUseAction {
+                    replace_output: None,
+                    block_reason: Some("look again".into()),
+                },
+            ],
+            &[K::PostToolUse, K::PostToolUseFailure],
+        );
+        agree(
+            &[
+                PermissionAction::Continue,
+                PermissionAction::decide(PermissionDecision::Allow, "fine"),
+                PermissionAction::allow_with_input(json!({}), "rewritten"),
+            ],
+            &[K::PermissionRequest],
+        );
+    }
+}

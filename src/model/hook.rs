@@ -398,9 +398,13 @@ impl Future for CallHook<'_> {
         // A typed answer that changes nothing never becomes a `Reply` at all.
         fn typed<A>(r: HookResult<A>, kind: EventKind) -> Result<ErasedReply, HookError>
         where
-            A: Into<crate::model::action::Action>,
+            A: crate::model::action::Inert,
         {
             r.map(|out| {
+                // Most answers: nothing to fold, told without building an `Action`.
+                if out.extras.is_empty() && out.action.is_inert() {
+                    return None;
+                }
                 let action = out.action.into();
                 if out.extras.is_empty() && action.is_noop_for(kind) {
                     return None;

@@ -465,6 +465,7 @@ impl Dispatcher {
             match flight {
                 Ok(flight) => {
                     join.pending += 1;
+                    join.shortest = join.shortest.min(entry.timeout);
                     join.flights.push(flight);
                     join.runs.push(None);
                 }
@@ -1129,6 +1130,8 @@ struct Join<'a> {
     /// How many latch slots were finished at the last look.
     seen: usize,
     pending: usize,
+    /// The shortest timeout of the hooks started.
+    shortest: Duration,
 }
 
 impl<'a> Join<'a> {
@@ -1143,6 +1146,7 @@ impl<'a> Join<'a> {
             latch: None,
             seen: 0,
             pending: 0,
+            shortest: Duration::MAX,
         }
     }
 
@@ -1168,13 +1172,10 @@ impl<'a> Join<'a> {
         self.started + self.snapshot.hooks[self.matched[k]].timeout
     }
 
-    /// The earliest deadline of the hooks still running.
+    /// The earliest deadline of the hooks started: a hook that answered since makes it only
+    /// earlier, and a timer set for it then fires early, finds nothing due and is set again.
     fn first_deadline(&self) -> Instant {
-        (0..self.matched.len())
-            .filter(|&k| self.runs[k].is_none())
-            .map(|k| self.deadline(k))
-            .min()
-            .unwrap_or(self.started)
+        crate::model::bounds::deadline_after(self.started, self.shortest)
     }
 
     /// The turn was cancelled: every hook still running is recorded as cancelled.

@@ -84,9 +84,14 @@ impl<T> Latch<T> {
         let Some(this) = Arc::get_mut(&mut latch) else {
             return Latch::new(n);
         };
-        this.slots.clear();
+        // Slots kept are reset in place; only a different count grows or shrinks the list.
+        this.slots.truncate(n);
+        for slot in this.slots.iter_mut() {
+            *slot.get_mut() = Slot::Waiting(None);
+        }
+        let kept = this.slots.len();
         this.slots
-            .extend((0..n).map(|_| Mutex::new(Slot::Waiting(None))));
+            .extend((kept..n).map(|_| Mutex::new(Slot::Waiting(None))));
         *this.counts.get_mut() = n as u64;
         *this.closed.get_mut() = 0;
         // The last dispatch's task is not woken by this one's answers.

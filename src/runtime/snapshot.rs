@@ -33,10 +33,13 @@ pub(crate) enum Target {
     Inline(Arc<dyn Hook>),
 }
 
-/// Circuit-breaker state of one hook (FL-4).
+/// Circuit-breaker state of one hook (FL-4). Every session's calls of the hook read it, so a
+/// call that finds it closed and leaves it so writes nothing: the cache line stays shared.
 #[derive(Default)]
 pub(crate) struct Breaker {
     consecutive: AtomicU32,
+    /// Whether `open_until` is set: read before its lock is taken.
+    open: AtomicBool,
     open_until: Mutex<Option<Instant>>,
     reported: AtomicBool,
 }
@@ -101,7 +104,7 @@ impl HookEntry {
 
     /// False while the circuit is open (FL-4).
     pub fn breaker_admits(&self) -> bool {
-        if self.options.circuit_breaker.is_none() {
+        if self.options.circuit_breaker.is_none() || !self.breaker.open.load(Ordering::Acquire) {
             return true;
         }
         let mut open = self.breaker.open_until.lock();
@@ -109,6 +112,7 @@ impl HookEntry {
             Some(until) if Instant::now() < until => false,
             Some(_) => {
                 *open = None;
+                self.breaker.open.store(false, Ordering::Release);
                 self.breaker.consecutive.store(0, Ordering::Relaxed);
                 self.breaker.reported.store(false, Ordering::Relaxed);
                 true
@@ -123,7 +127,9 @@ impl HookEntry {
             return;
         };
         if !failed {
-            self.breaker.consecutive.store(0, Ordering::Relaxed);
+            if self.breaker.consecutive.load(Ordering::Relaxed) != 0 {
+                self.breaker.consecutive.store(0, Ordering::Relaxed);
+            }
             return;
         }
         let n = self.breaker.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
@@ -132,6 +138,7 @@ impl HookEntry {
                 Instant::now(),
                 cb.cool_down,
             ));
+            self.breaker.open.store(true, Ordering::Release);
             if !self.breaker.reported.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     hook = %self.name,
