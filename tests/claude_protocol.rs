@@ -983,3 +983,71 @@ fn replay_asks_the_provider_given_on_the_command_line() {
     let out = run(&["--provider", "openai:gpt"]);
     assert!(!out.status.success());
 }
+
+// ---- stdin and stdout of a command hook, past the pipe's buffer ----
+
+/// An input larger than a pipe holds (64 KiB on Linux) is written as the hook reads it, all of
+/// it; a hook that never reads its input still ends at once; an output larger than the first
+/// read is kept whole.
+#[tokio::test]
+async fn large_inputs_and_outputs_cross_the_pipes_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let save = script(d, "save.sh", &format!("cat > {}/in.json", d.display()));
+    // Prints about 200 KiB of context as Claude Code's JSON output.
+    let loud = script(
+        d,
+        "loud.sh",
+        r#"cat > /dev/null
+printf '{"hookSpecificOutput":{"hookEventName":"PreToolUse","additionalContext":"'
+i=0; while [ $i -lt 3200 ]; do printf 'abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz01'; i=$((i+1)); done
+printf '"}}'"#,
+    );
+    let s = settings(json!({ "hooks": { "PreToolUse": [
+        { "matcher": "Save", "hooks": [{ "type": "command", "command": save }] },
+        { "matcher": "Ignore", "hooks": [{ "type": "command", "command": "true" }] },
+        { "matcher": "Loud", "hooks": [{ "type": "command", "command": loud }] },
+    ] } }));
+    let bus = Bus::new();
+    s.register(&bus).await.unwrap();
+    let session = open(&bus, "pipes", d).await;
+    let big = "x".repeat(1 << 20);
+
+    let o = session
+        .dispatch(pre("Save", json!({ "content": big }), "t1"))
+        .await
+        .unwrap();
+    assert_eq!(runs(&o)[0].report.outcome, HandlerOutcome::Success, "{o:?}");
+    let input: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("in.json")).unwrap()).unwrap();
+    assert_eq!(
+        input["tool_input"]["content"].as_str().map(str::len),
+        Some(1 << 20)
+    );
+
+    let started = std::time::Instant::now();
+    let o = session
+        .dispatch(pre("Ignore", json!({ "content": big }), "t2"))
+        .await
+        .unwrap();
+    assert_eq!(runs(&o)[0].report.outcome, HandlerOutcome::Success, "{o:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "an unread input held the hook for {:?}",
+        started.elapsed()
+    );
+
+    let o = session
+        .dispatch(pre("Loud", json!({}), "t3"))
+        .await
+        .unwrap();
+    let report = &runs(&o)[0].report;
+    assert_eq!(report.outcome, HandlerOutcome::Success, "{o:?}");
+    let json = report.json.as_ref().expect("the output parsed as JSON");
+    let context = json["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    assert_eq!(context.len(), 3200 * 64);
+    session.close("other").await.unwrap();
+    bus.shutdown(Duration::from_secs(5)).await;
+}

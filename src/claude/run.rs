@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -241,14 +243,11 @@ async fn detachable(
         Line(bool),
         Done(Raw),
     }
-    let (tx, mut line) = oneshot::channel::<bool>();
-    let watch: FirstLine = Box::new(move |first| {
-        let announced = async_line(first);
-        let _ = tx.send(announced.is_some());
-        announced
-            .flatten()
-            .map(|t| deadline_after(Instant::now(), t))
-    });
+    // The callback runs inside `run`'s poll, on this task, so a flag read after each poll of
+    // `run` tells what the first line said. A channel would wake this very task while it runs,
+    // which the runtime treats as a yield: it would wake another worker for nothing.
+    let line = Arc::new(AtomicU8::new(LINE_UNSEEN));
+    let watch = first_line_flag(&line);
     // Run here, on the hook's own task, until it goes to the background: most runs never do,
     // and a task of their own would cost them two more wake-ups. Dropping this wait drops the
     // run, which kills it.
@@ -261,14 +260,23 @@ async fn detachable(
         command,
         cancel.clone(),
     ));
+    let mut cancelled = std::pin::pin!(cx.cancel.cancelled());
     let mut seen = false;
     loop {
-        let step = tokio::select! {
-            biased;
-            _ = cx.cancel.cancelled() => Step::Cancelled,
-            async_ = &mut line, if !seen => Step::Line(async_.unwrap_or(false)),
-            done = &mut run => Step::Done(done),
-        };
+        let step = std::future::poll_fn(|task| {
+            if cancelled.as_mut().poll(task).is_ready() {
+                return Poll::Ready(Step::Cancelled);
+            }
+            if let Poll::Ready(done) = run.as_mut().poll(task) {
+                return Poll::Ready(Step::Done(done));
+            }
+            match line.load(Ordering::Relaxed) {
+                LINE_UNSEEN => Poll::Pending,
+                _ if seen => Poll::Pending,
+                said => Poll::Ready(Step::Line(said == LINE_ASYNC)),
+            }
+        })
+        .await;
         match step {
             Step::Line(false) => seen = true,
             Step::Line(true) => {
@@ -285,7 +293,7 @@ async fn detachable(
             }
             // It said it goes to the background, then ended in the same poll: still a
             // background run, finished already.
-            Step::Done(done) if !seen && matches!(line.try_recv(), Ok(true)) => {
+            Step::Done(done) if !seen && line.load(Ordering::Relaxed) == LINE_ASYNC => {
                 return Ran::Detached(Job {
                     handle: tokio::spawn(std::future::ready(done)),
                     cancel,
@@ -296,6 +304,32 @@ async fn detachable(
         }
     }
 }
+
+/// The first-line callback of a detachable run: it stores what the line said in `line`, and
+/// gives the run its new deadline when the line announces `asyncTimeout`.
+fn first_line_flag(line: &Arc<AtomicU8>) -> FirstLine {
+    let said = line.clone();
+    Box::new(move |first| {
+        let announced = async_line(first);
+        let seen = if announced.is_some() {
+            LINE_ASYNC
+        } else {
+            LINE_SYNC
+        };
+        said.store(seen, Ordering::Relaxed);
+        announced
+            .flatten()
+            .map(|t| deadline_after(Instant::now(), t))
+    })
+}
+
+/// What a detachable run's first stdout line said: nothing yet, a plain line, or Claude
+/// Code's async announcement.
+const LINE_UNSEEN: u8 = 0;
+/// See [`LINE_UNSEEN`].
+const LINE_SYNC: u8 = 1;
+/// See [`LINE_UNSEEN`].
+const LINE_ASYNC: u8 = 2;
 
 /// A job task's result; a task that panicked or was aborted is a spawn error.
 pub(crate) fn joined(done: Result<Raw, tokio::task::JoinError>, command: &str) -> Raw {

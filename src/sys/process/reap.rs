@@ -52,18 +52,33 @@ struct Stat {
 
 /// Reads `/proc/<pid>/stat`: the name (field 2) may hold spaces and parentheses, so fields are
 /// counted after its last `)`.
+/// Read with one `read` into a buffer on the stack (every spawn reads its child's): the line is
+/// a few hundred bytes, and reading it as a file of unknown size costs a `statx` and a growing
+/// series of reads.
 fn stat(pid: i32) -> Option<Stat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    use std::io::Read;
+    let mut file = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    // The line ends with a newline; a short read before it is read on from where it stopped.
+    while len < buf.len() && !buf[..len].ends_with(b"\n") {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
 }
 
 fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
     // `rest` starts at field 3 (state): ppid is field 4, starttime field 22.
-    Some(Stat {
-        ppid: fields.get(1)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
+    let mut fields = rest.split_whitespace();
+    let ppid = fields.nth(1)?.parse().ok()?;
+    let start = fields.nth(17)?.parse().ok()?;
+    Some(Stat { ppid, start })
 }
 
 fn pipe_inode(fd: BorrowedFd<'_>) -> Option<u64> {

@@ -22,16 +22,17 @@
 //! daemon detaches on purpose (`setsid cmd >/dev/null 2>&1 &`).
 
 use std::future::Future;
-use std::io;
-use std::os::fd::AsFd;
+use std::io::{self, PipeWriter};
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::task::Context;
 use std::time::Duration;
 
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -47,6 +48,11 @@ pub(crate) const DRAIN: Duration = Duration::from_millis(150);
 pub(crate) const REAP_DRAIN: Duration = Duration::from_millis(50);
 /// Rounds of looking for and killing pipe holders before our ends are closed anyway.
 pub(crate) const REAP_ROUNDS: usize = 3;
+/// Room made for a stream's first read, and at most per read after: the kept bytes grow by
+/// doubling between the two.
+const READ_FIRST: usize = 256;
+/// See [`READ_FIRST`].
+const READ_MAX: usize = 64 * 1024;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -77,28 +83,40 @@ pub(crate) enum Ended {
 #[derive(Debug)]
 pub(crate) struct Running {
     child: Child,
+    /// Our end of the child's stdin, when input will be given.
+    input: Option<PipeWriter>,
     guard: Guard,
 }
 
 /// Spawns `command` in its own process group with piped stdio (stdin piped only when `input`
 /// will be given). The caller configures program, arguments, cwd, environment and any
 /// `pre_exec`.
+///
+/// The stdin pipe is made here rather than by the runtime: a pipe is writable from the start,
+/// and registering it with the runtime's reactor would wake a worker parked on it for nothing.
+/// [`write_input`] writes what the pipe takes at once without the reactor (an event's input
+/// usually fits its buffer), and registers it only for a rest.
 pub(crate) fn spawn(command: &mut Command, with_input: bool) -> io::Result<Running> {
+    let (stdin, input) = if with_input {
+        let (reader, writer) = std::io::pipe()?;
+        (Stdio::from(reader), Some(writer))
+    } else {
+        (Stdio::null(), None)
+    };
     command
-        .stdin(if with_input {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let child = command.spawn()?;
+    let spawned = command.spawn();
+    // The child has its copy of the read end; the command would keep ours open.
+    command.stdin(Stdio::null());
+    let child = spawned?;
     let pid = child.id().and_then(|id| i32::try_from(id).ok());
     let trace = pid.map(|pid| {
         let mut fds = Vec::new();
-        if let Some(s) = &child.stdin {
+        if let Some(s) = &input {
             fds.push(s.as_fd());
         }
         if let Some(s) = &child.stdout {
@@ -111,6 +129,7 @@ pub(crate) fn spawn(command: &mut Command, with_input: bool) -> io::Result<Runni
     });
     Ok(Running {
         child,
+        input,
         guard: Guard {
             trace,
             settled: false,
@@ -118,7 +137,7 @@ pub(crate) fn spawn(command: &mut Command, with_input: bool) -> io::Result<Runni
     })
 }
 
-/// Kills the group, and on drop before the run settled, whatever escaped it.
+/// Kills the group; on drop before the run settled, whatever escaped it and then the group.
 #[derive(Debug)]
 struct Guard {
     trace: Option<Trace>,
@@ -141,10 +160,12 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        // A settled run's group was killed when the run ended (`kill_and_drain`); killing it
+        // again could only reach a new group that took the same id since.
         if !self.settled {
             self.kill_escaped(Scope::TreeAndPipes);
+            self.kill_group();
         }
-        self.kill_group();
     }
 }
 
@@ -193,14 +214,25 @@ async fn read_into(
     let Some(mut stream) = stream else {
         return;
     };
-    let mut buf = vec![0u8; 16 * 1024];
-    while let Ok(n) = stream.read(&mut buf).await {
-        if n == 0 {
-            break;
+    // Read straight into the kept bytes while the cap leaves room, into a scratch buffer past
+    // it; neither is zeroed first, and both start small (most runs print a line or nothing).
+    let mut scratch = Vec::new();
+    loop {
+        let keep = out.bytes.len() < cap;
+        let buf = if keep {
+            &mut out.bytes
+        } else {
+            scratch.clear();
+            &mut scratch
+        };
+        if buf.len() == buf.capacity() {
+            buf.reserve(buf.len().clamp(READ_FIRST, READ_MAX));
         }
-        out.total += n;
-        let room = cap.saturating_sub(out.bytes.len());
-        out.bytes.extend_from_slice(&buf[..n.min(room)]);
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.total += n,
+        }
+        out.bytes.truncate(cap);
         if let Some(w) = watch.as_deref_mut() {
             w.seen(out, cap, false);
         }
@@ -211,11 +243,41 @@ async fn read_into(
 }
 
 /// Writes `input` and closes the pipe; EPIPE (the child exited without reading) is no error.
-async fn write_all(stdin: Option<impl AsyncWrite + Unpin>, input: &[u8]) {
-    if let Some(mut stdin) = stdin {
-        let _ = stdin.write_all(input).await;
+/// What the pipe takes at once is written without the runtime's reactor; only a rest that does
+/// not fit its buffer registers it and is written as the child reads.
+async fn write_input(pipe: Option<PipeWriter>, input: &[u8]) {
+    let Some(mut pipe) = pipe else {
+        return;
+    };
+    let written = match write_now(&mut pipe, input) {
+        Ok(n) if n < input.len() => n,
+        // All of it, or the child is gone: dropping our end closes the pipe.
+        _ => return,
+    };
+    let stdin = std::process::ChildStdin::from(OwnedFd::from(pipe));
+    if let Ok(mut stdin) = tokio::process::ChildStdin::from_std(stdin) {
+        let _ = stdin.write_all(&input[written..]).await;
         let _ = stdin.shutdown().await;
     }
+}
+
+/// Writes what the pipe takes without blocking; how much that was.
+fn write_now(pipe: &mut PipeWriter, input: &[u8]) -> io::Result<usize> {
+    use std::io::Write;
+    let fd = pipe.as_fd();
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    let mut written = 0;
+    while written < input.len() {
+        match pipe.write(&input[written..]) {
+            Ok(0) => break,
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(written)
 }
 
 /// Polls `fut` once; true when it finished.
@@ -238,6 +300,11 @@ async fn kill_escaped_blocking(trace: Option<Trace>, scope: Scope) -> usize {
 
 /// Drives `io` until it ends or `until`; a last poll takes what is already buffered.
 async fn drain<F: Future + ?Sized>(mut io: Pin<&mut F>, until: Instant) -> bool {
+    // Most often the pipes ended with the child: no timer then. A timer earlier than every
+    // other one would wake the runtime's parked driver to set it.
+    if poll_once(io.as_mut()) {
+        return true;
+    }
     if tokio::time::timeout_at(until, io.as_mut()).await.is_ok() {
         return true;
     }
@@ -273,7 +340,7 @@ impl Running {
         let (out_pipe, err_pipe, in_pipe) = (
             self.child.stdout.take(),
             self.child.stderr.take(),
-            self.child.stdin.take(),
+            self.input.take(),
         );
         let (deadline_tx, mut deadline_rx) = watch::channel(deadline);
         let mut line_watch = first_line.map(|callback| LineWatch {
@@ -286,7 +353,7 @@ impl Running {
                 tokio::join!(
                     read_into(out_pipe, &mut stdout, cap, line_watch.as_mut()),
                     read_into(err_pipe, &mut stderr, cap, None),
-                    write_all(in_pipe, input),
+                    write_input(in_pipe, input),
                 );
             };
             tokio::pin!(io);
