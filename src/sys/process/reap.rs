@@ -8,8 +8,8 @@
 //! * **our pipes**: a process that inherited the child's stdout, stderr or stdin still holds the
 //!   pipe, which is what keeps a reader from ever seeing end-of-file.
 //!
-//! Only processes that started no earlier than our child are looked at (`starttime` in
-//! `/proc/<pid>/stat`), and never this process. A fork of this process that has not executed
+//! Only processes that started no earlier than the clock tick in which our child was spawned
+//! are looked at (`starttime` in `/proc/<pid>/stat`), and never this process. A fork of this process that has not executed
 //! yet (another spawn in flight, which holds copies of every pipe until its `exec` closes them)
 //! is skipped. Kills go through a pidfd opened before the process is checked again, so a pid
 //! reused in between is never signalled.
@@ -28,19 +28,43 @@ use std::path::PathBuf;
 pub(crate) struct Trace {
     /// The direct child.
     pub pid: i32,
-    /// Its start time (clock ticks since boot), `None` when `/proc` could not tell.
+    /// No later than its start time (clock ticks since boot, read just before the spawn),
+    /// `None` when the clock could not tell.
     pub start: Option<u64>,
     /// The inodes of the pipes it got as stdin, stdout and stderr.
     pub pipes: Vec<u64>,
 }
 
 impl Trace {
-    /// The trace of a just-spawned child with these pipe ends (ours).
-    pub fn of(pid: i32, pipes: &[BorrowedFd<'_>]) -> Self {
-        let start = stat(pid).map(|s| s.start);
+    /// The trace of a just-spawned child with these pipe ends (ours); `start` is
+    /// [`boot_ticks`] read before the spawn.
+    pub fn of(pid: i32, start: Option<u64>, pipes: &[BorrowedFd<'_>]) -> Self {
         let pipes = pipes.iter().filter_map(|fd| pipe_inode(*fd)).collect();
         Self { pid, start, pipes }
     }
+}
+
+/// Now, in the unit of `starttime` in `/proc/<pid>/stat`: clock ticks since boot. Read before a
+/// spawn, it is a lower bound of the child's start time, known without reading the child's
+/// `/proc` entry, which would wait until the child's `exec` is through.
+pub(crate) fn boot_ticks() -> Option<u64> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) } != 0 {
+        return None;
+    }
+    // SAFETY: sysconf takes a name and returns its value or -1.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = u64::try_from(hz)
+        .ok()
+        .filter(|&hz| hz > 0 && hz <= 1_000_000_000)?;
+    let nanos =
+        u64::try_from(now.tv_sec).ok()? * 1_000_000_000 + u64::try_from(now.tv_nsec).ok()?;
+    // The kernel's own rounding: down, in whole ticks.
+    Some(nanos / (1_000_000_000 / hz))
 }
 
 /// The fields of `/proc/<pid>/stat` used here.
@@ -225,5 +249,24 @@ mod tests {
         // SAFETY: getppid cannot fail.
         assert_eq!(me.ppid, unsafe { libc::getppid() });
         assert!(me.start > 0);
+    }
+
+    /// The clock read before a spawn is a lower bound of the child's `starttime`, in the same
+    /// unit: a spawn's trace never leaves its own child out, and is at most a tick early.
+    #[test]
+    fn boot_ticks_before_a_spawn_bound_the_childs_start_time() {
+        let before = boot_ticks().expect("CLOCK_BOOTTIME");
+        let mut child = std::process::Command::new("sleep")
+            .arg("1")
+            .spawn()
+            .unwrap();
+        let start = stat(child.id() as i32).unwrap().start;
+        let after = boot_ticks().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(before <= start, "{before} > {start}");
+        assert!(start <= after, "{start} > {after}");
+        let me = stat(std::process::id() as i32).unwrap().start;
+        assert!(me <= before);
     }
 }

@@ -38,7 +38,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::reap::{kill_escaped, Scope, Trace};
+use super::reap::{self, kill_escaped, Scope, Trace};
 use super::Captured;
 
 /// How long the pipes may stay open after the direct child exited before the processes holding
@@ -109,6 +109,9 @@ pub(crate) fn spawn(command: &mut Command, with_input: bool) -> io::Result<Runni
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // The child's start time is bounded from below by the clock now: reading it from the
+    // child's `/proc` entry would wait until its `exec` is through.
+    let since = reap::boot_ticks();
     let spawned = command.spawn();
     // The child has its copy of the read end; the command would keep ours open.
     command.stdin(Stdio::null());
@@ -125,7 +128,7 @@ pub(crate) fn spawn(command: &mut Command, with_input: bool) -> io::Result<Runni
         if let Some(s) = &child.stderr {
             fds.push(s.as_fd());
         }
-        Trace::of(pid, &fds)
+        Trace::of(pid, since, &fds)
     });
     Ok(Running {
         child,
