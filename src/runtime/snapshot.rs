@@ -134,11 +134,15 @@ impl HookEntry {
         }
         let n = self.breaker.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
         if n >= cb.failures {
-            *self.breaker.open_until.lock() = Some(crate::model::bounds::deadline_after(
+            // Set under the lock, where `breaker_admits` clears it: the flag and the time
+            // never disagree.
+            let mut open_until = self.breaker.open_until.lock();
+            *open_until = Some(crate::model::bounds::deadline_after(
                 Instant::now(),
                 cb.cool_down,
             ));
             self.breaker.open.store(true, Ordering::Release);
+            drop(open_until);
             if !self.breaker.reported.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     hook = %self.name,

@@ -48,8 +48,8 @@ pub(crate) const DRAIN: Duration = Duration::from_millis(150);
 pub(crate) const REAP_DRAIN: Duration = Duration::from_millis(50);
 /// Rounds of looking for and killing pipe holders before our ends are closed anyway.
 pub(crate) const REAP_ROUNDS: usize = 3;
-/// Room made for a stream's first read, and at most per read after: the kept bytes grow by
-/// doubling between the two.
+/// Room made for a stream's first read; the kept bytes then grow by doubling, by at most
+/// [`READ_MAX`] at a time, which is also the scratch buffer's size past the cap.
 const READ_FIRST: usize = 256;
 /// See [`READ_FIRST`].
 const READ_MAX: usize = 64 * 1024;
@@ -217,20 +217,22 @@ async fn read_into(
     let Some(mut stream) = stream else {
         return;
     };
-    // Read straight into the kept bytes while the cap leaves room, into a scratch buffer past
-    // it; neither is zeroed first, and both start small (most runs print a line or nothing).
+    // Read straight into the kept bytes while the cap leaves room (neither buffer is zeroed
+    // first; the kept bytes start small, as most runs print a line or nothing, and double),
+    // and past it into a scratch buffer of a fixed size, counted and dropped.
     let mut scratch = Vec::new();
     loop {
-        let keep = out.bytes.len() < cap;
-        let buf = if keep {
+        let buf = if out.bytes.len() < cap {
+            if out.bytes.len() == out.bytes.capacity() {
+                out.bytes
+                    .reserve(out.bytes.len().clamp(READ_FIRST, READ_MAX));
+            }
             &mut out.bytes
         } else {
             scratch.clear();
+            scratch.reserve(READ_MAX);
             &mut scratch
         };
-        if buf.len() == buf.capacity() {
-            buf.reserve(buf.len().clamp(READ_FIRST, READ_MAX));
-        }
         match stream.read_buf(buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => out.total += n,
@@ -258,9 +260,17 @@ async fn write_input(pipe: Option<PipeWriter>, input: &[u8]) {
         _ => return,
     };
     let stdin = std::process::ChildStdin::from(OwnedFd::from(pipe));
-    if let Ok(mut stdin) = tokio::process::ChildStdin::from_std(stdin) {
-        let _ = stdin.write_all(&input[written..]).await;
-        let _ = stdin.shutdown().await;
+    match tokio::process::ChildStdin::from_std(stdin) {
+        Ok(mut stdin) => {
+            let _ = stdin.write_all(&input[written..]).await;
+            let _ = stdin.shutdown().await;
+        }
+        Err(e) => tracing::warn!(
+            written,
+            of = input.len(),
+            error = %e,
+            "a child's input could not be written past the pipe's buffer; it gets end-of-file there"
+        ),
     }
 }
 
