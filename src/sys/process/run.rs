@@ -48,8 +48,8 @@ pub(crate) const DRAIN: Duration = Duration::from_millis(150);
 pub(crate) const REAP_DRAIN: Duration = Duration::from_millis(50);
 /// Rounds of looking for and killing pipe holders before our ends are closed anyway.
 pub(crate) const REAP_ROUNDS: usize = 3;
-/// Room made for a stream's first read; the kept bytes then grow by doubling, by at most
-/// [`READ_MAX`] at a time, which is also the scratch buffer's size past the cap.
+/// Room made for a stream's first read; the kept bytes then grow as a vector does, by
+/// doubling. Past the cap, reads go to a scratch buffer of [`READ_MAX`] bytes.
 const READ_FIRST: usize = 256;
 /// See [`READ_FIRST`].
 const READ_MAX: usize = 64 * 1024;
@@ -224,8 +224,7 @@ async fn read_into(
     loop {
         let buf = if out.bytes.len() < cap {
             if out.bytes.len() == out.bytes.capacity() {
-                out.bytes
-                    .reserve(out.bytes.len().clamp(READ_FIRST, READ_MAX));
+                out.bytes.reserve(READ_FIRST);
             }
             &mut out.bytes
         } else {
@@ -313,11 +312,6 @@ async fn kill_escaped_blocking(trace: Option<Trace>, scope: Scope) -> usize {
 
 /// Drives `io` until it ends or `until`; a last poll takes what is already buffered.
 async fn drain<F: Future + ?Sized>(mut io: Pin<&mut F>, until: Instant) -> bool {
-    // Most often the pipes ended with the child: no timer then. A timer earlier than every
-    // other one would wake the runtime's parked driver to set it.
-    if poll_once(io.as_mut()) {
-        return true;
-    }
     if tokio::time::timeout_at(until, io.as_mut()).await.is_ok() {
         return true;
     }
