@@ -395,22 +395,19 @@ impl Future for CallHook<'_> {
     type Output = Result<ErasedReply, HookError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // A typed answer that changes nothing never becomes a `Reply` at all.
-        fn typed<A>(r: HookResult<A>, kind: EventKind) -> Result<ErasedReply, HookError>
+        // A typed answer that changes nothing never becomes a `Reply` at all. A typed
+        // method's action always fits the event it was called for, so being inert is all
+        // `Action::is_noop_for` would check (the `Inert` test holds them to agree).
+        fn typed<A>(r: HookResult<A>) -> Result<ErasedReply, HookError>
         where
             A: crate::model::action::Inert,
         {
             r.map(|out| {
-                // Most answers: nothing to fold, told without building an `Action`.
                 if out.extras.is_empty() && out.action.is_inert() {
                     return None;
                 }
-                let action = out.action.into();
-                if out.extras.is_empty() && action.is_noop_for(kind) {
-                    return None;
-                }
                 Some(Box::new(Reply {
-                    action,
+                    action: out.action.into(),
                     extras: out.extras,
                 }))
             })
@@ -418,11 +415,11 @@ impl Future for CallHook<'_> {
         let this = self.get_mut();
         let kind = this.kind;
         match &mut this.call {
-            Call::Unit(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
-            Call::Gate(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
-            Call::Pre(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
-            Call::Post(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
-            Call::Permission(f) => f.as_mut().poll(cx).map(|r| typed(r, kind)),
+            Call::Unit(f) => f.as_mut().poll(cx).map(typed),
+            Call::Gate(f) => f.as_mut().poll(cx).map(typed),
+            Call::Pre(f) => f.as_mut().poll(cx).map(typed),
+            Call::Post(f) => f.as_mut().poll(cx).map(typed),
+            Call::Permission(f) => f.as_mut().poll(cx).map(typed),
             Call::Untyped(f) => f
                 .as_mut()
                 .poll(cx)

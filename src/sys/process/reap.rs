@@ -11,8 +11,8 @@
 //! Only processes that started no earlier than the clock read just before our child was
 //! spawned are looked at (`starttime` in `/proc/<pid>/stat`), and never this process. A fork of
 //! this process that has not executed yet (another spawn in flight, which holds copies of every
-//! pipe until its `exec` closes them) is skipped. Kills go through a pidfd opened before the process is checked again, so a pid
-//! reused in between is never signalled.
+//! pipe until its `exec` closes them) is skipped. Kills go through a pidfd opened before the
+//! process is checked again, so a pid reused in between is never signalled.
 
 // Unsafe code here: pidfd_open and the kill after it: system calls with no safe wrapper in our
 // dependencies. Each block says why it is sound.
@@ -76,8 +76,6 @@ struct Stat {
     start: u64,
 }
 
-/// Reads `/proc/<pid>/stat`: the name (field 2) may hold spaces and parentheses, so fields are
-/// counted after its last `)`.
 /// `/proc/<pid>/stat`, read into a buffer on the stack.
 ///
 /// The line is a few hundred bytes and usually comes in one `read`; reading it as a file of
@@ -99,6 +97,8 @@ fn stat(pid: i32) -> Option<Stat> {
     parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
 }
 
+/// The fields of a `/proc/<pid>/stat` line: the name (field 2) may hold spaces and
+/// parentheses, so fields are counted after its last `)`.
 fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     // `rest` starts at field 3 (state): ppid is field 4, starttime field 22.
