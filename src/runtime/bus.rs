@@ -33,8 +33,14 @@ use crate::runtime::subscription::Subscription;
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default SessionEnd grace period (ORD-4).
 pub const DEFAULT_SESSION_END_GRACE: Duration = Duration::from_secs(30);
-/// Default mailbox capacity of a hook actor.
-pub const DEFAULT_HOOK_MAILBOX: usize = 1024;
+/// Default mailbox capacity of a hook actor (and of a subscribed gate's mailbox).
+///
+/// A session dispatches one event at a time, so a hook's mailbox holds at most one awaited
+/// delivery per session that dispatches to it, and each of those sessions waits for the answer:
+/// the bound is a backstop, not a throttle. It is large so that a busy bus with many sessions
+/// behind one actor does not send its deliveries down the slower wait-for-room path; deliveries
+/// whose dispatch stopped waiting are dropped from a long queue, so they hold no memory.
+pub const DEFAULT_HOOK_MAILBOX: usize = 65_536;
 
 /// Builds a [`Bus`].
 #[derive(Debug, Clone, Default)]
@@ -65,7 +71,9 @@ impl BusBuilder {
         self.sequential.push(kind);
         self
     }
-    /// Mailbox capacity of each hook actor (default 1024).
+    /// Mailbox capacity of each hook actor and subscribed gate (default
+    /// [`DEFAULT_HOOK_MAILBOX`]); past it, a dispatch waits for room within the hook's
+    /// deadline.
     pub fn hook_mailbox(mut self, capacity: usize) -> Self {
         self.hook_mailbox = Some(capacity.max(1));
         self

@@ -12,6 +12,11 @@
 //! waits, room goes to the waiters first, so a sender that had to wait is not overtaken for
 //! ever by ones that did not. The receiver takes part in tokio's cooperative budget as tokio's
 //! own channels do, so a busy mailbox cannot starve the other tasks of its worker.
+//!
+//! A value may stop being wanted while it waits (a delivery whose dispatch stopped waiting for
+//! it). A channel made with a `settled` test drops such values when its queue grows long, so
+//! they hold no memory (a delivery holds its event) beyond a bound: at most [`PRUNE_FLOOR`]
+//! of them, or as many as the values still wanted.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,15 +36,33 @@ pub(crate) enum TrySendError<T> {
     Closed(T),
 }
 
+/// The queue length at which settled values are first looked for.
+pub(crate) const PRUNE_FLOOR: usize = 1024;
+
 struct Queue<T> {
     items: VecDeque<T>,
     /// The receiver was dropped: nothing is taken any more.
     closed: bool,
+    /// The length at which a send drops the settled values first: twice what the last look
+    /// kept (at least [`PRUNE_FLOOR`]), so each look is paid for by as many sends.
+    prune_at: usize,
+}
+
+impl<T> Queue<T> {
+    /// Takes the values nobody waits for out of the queue (to be dropped outside the lock).
+    fn prune(&mut self, settled: fn(&T) -> bool) -> Vec<T> {
+        let (gone, kept): (Vec<T>, Vec<T>) = self.items.drain(..).partition(settled);
+        self.items = kept.into();
+        self.prune_at = (2 * self.items.len()).max(PRUNE_FLOOR);
+        gone
+    }
 }
 
 struct Chan<T> {
     queue: Mutex<Queue<T>>,
     capacity: usize,
+    /// Whether a queued value is no longer wanted (see [`channel_settling`]).
+    settled: Option<fn(&T) -> bool>,
     /// How many values are queued, read without the lock: an empty queue is seen so.
     len: AtomicUsize,
     /// The receiver's task, woken by a value or by the last sender leaving.
@@ -51,13 +74,29 @@ struct Chan<T> {
 }
 
 /// A bounded channel with room for `capacity` values (at least one).
+#[cfg(test)]
 pub(crate) fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
+    make(capacity, None)
+}
+
+/// A bounded channel with room for `capacity` values, whose queue, once it is long, drops
+/// the values `settled` says nobody waits for any more before it takes a new one.
+pub(crate) fn channel_settling<T>(
+    capacity: usize,
+    settled: fn(&T) -> bool,
+) -> (Sender<T>, Receiver<T>) {
+    make(capacity, Some(settled))
+}
+
+fn make<T>(capacity: usize, settled: Option<fn(&T) -> bool>) -> (Sender<T>, Receiver<T>) {
     let chan = Arc::new(Chan {
         queue: Mutex::new(Queue {
             items: VecDeque::new(),
             closed: false,
+            prune_at: PRUNE_FLOOR,
         }),
         capacity: capacity.max(1),
+        settled,
         len: AtomicUsize::new(0),
         receiver: AtomicWaker::new(),
         senders: AtomicUsize::new(1),
@@ -80,10 +119,19 @@ impl<T> Sender<T> {
     }
 
     fn push(&self, value: T, behind_waiters: bool) -> Result<(), TrySendError<T>> {
+        // Declared before the lock's guard, so dropped after it: a value's own `Drop` may do
+        // anything.
+        let mut _settled = Vec::new();
         {
             let mut queue = self.chan.queue.lock();
             if queue.closed {
                 return Err(TrySendError::Closed(value));
+            }
+            if let Some(settled) = self.chan.settled {
+                if queue.items.len() >= queue.prune_at {
+                    _settled = queue.prune(settled);
+                    self.chan.len.fetch_sub(_settled.len(), Ordering::Relaxed);
+                }
             }
             let waiters = behind_waiters && self.chan.waiting.load(Ordering::SeqCst) > 0;
             if waiters || queue.items.len() >= self.chan.capacity {
@@ -182,6 +230,10 @@ impl<T> Receiver<T> {
             let value = queue.items.pop_front();
             if value.is_some() {
                 self.chan.len.fetch_sub(1, Ordering::Relaxed);
+            }
+            if queue.prune_at != PRUNE_FLOOR && queue.items.is_empty() {
+                // Drained: the next look at settled values comes at the floor again.
+                queue.prune_at = PRUNE_FLOOR;
             }
             value
         };
@@ -386,5 +438,78 @@ mod tests {
         }
         got.sort_unstable();
         assert_eq!(got, vec![0, 1, 2, 3]);
+    }
+
+    /// Values nobody waits for are dropped once the queue is long, the others keep their order
+    /// and count, and the next look comes only when the queue doubled what it kept.
+    #[test]
+    fn settled_values_are_dropped_when_the_queue_grows_long() {
+        let (tx, mut rx) = channel_settling(10 * PRUNE_FLOOR, |v: &i64| *v < 0);
+        // Every other value is settled (negative).
+        for i in 0..PRUNE_FLOOR as i64 {
+            tx.try_send(if i % 2 == 0 { i } else { -i }).unwrap();
+        }
+        assert_eq!(tx.chan.len.load(Ordering::SeqCst), PRUNE_FLOOR);
+        // This send finds the queue at the floor: the settled half goes first.
+        tx.try_send(-1).unwrap();
+        let kept = PRUNE_FLOOR / 2;
+        assert_eq!(tx.chan.len.load(Ordering::SeqCst), kept + 1);
+        assert_eq!(tx.chan.queue.lock().prune_at, PRUNE_FLOOR);
+        // Up to the floor again, all wanted: the look keeps them all and moves the mark.
+        for i in 0..(PRUNE_FLOOR - kept - 1) as i64 {
+            tx.try_send(1_000_000 + i).unwrap();
+        }
+        tx.try_send(2_000_000).unwrap();
+        assert_eq!(
+            tx.chan.queue.lock().prune_at,
+            2 * (PRUNE_FLOOR - 1),
+            "the settled -1 was dropped, the rest kept; the next look at twice that"
+        );
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut got = Vec::new();
+        while let Poll::Ready(Some(v)) = rx.poll_recv(&mut cx) {
+            got.push(v);
+        }
+        let mut want: Vec<i64> = (0..PRUNE_FLOOR as i64).filter(|i| i % 2 == 0).collect();
+        want.extend((0..(PRUNE_FLOOR - kept - 1) as i64).map(|i| 1_000_000 + i));
+        want.push(2_000_000);
+        assert_eq!(got, want, "the wanted values, each once, in order");
+        assert_eq!(
+            tx.chan.queue.lock().prune_at,
+            PRUNE_FLOOR,
+            "a drained queue looks again at the floor"
+        );
+    }
+
+    /// A dropped value may send on the very channel it was dropped from: it is dropped after
+    /// the queue's lock is let go.
+    #[test]
+    fn settled_values_are_dropped_outside_the_lock() {
+        struct Echo(Option<Sender<Echo>>);
+        impl Drop for Echo {
+            fn drop(&mut self) {
+                if let Some(tx) = self.0.take() {
+                    let _ = tx.try_send(Echo(None));
+                }
+            }
+        }
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (tx, _rx) = channel_settling(4 * PRUNE_FLOOR, |e: &Echo| e.0.is_some());
+            for _ in 0..PRUNE_FLOOR {
+                assert!(tx.try_send(Echo(Some(tx.clone()))).is_ok());
+            }
+            assert!(tx.try_send(Echo(None)).is_ok());
+            let _ = done_tx.send(tx.chan.len.load(Ordering::SeqCst));
+        });
+        let len = done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the prune did not deadlock on its own lock");
+        assert_eq!(
+            len,
+            1 + PRUNE_FLOOR,
+            "the new value and one echo per dropped value"
+        );
     }
 }

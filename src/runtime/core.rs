@@ -20,7 +20,7 @@ use crate::runtime::channel;
 use crate::runtime::execution::{ExecutionGate, ExecutionIntent};
 use crate::runtime::hook_actor::HookActor;
 use crate::runtime::kill::KillSwitch;
-use crate::runtime::mailbox::Mailbox;
+use crate::runtime::mailbox::{Delivery, Mailbox};
 use crate::runtime::metrics::RuntimeMetrics;
 use crate::runtime::observer::ObserverEntry;
 use crate::runtime::registry::RegistryMsg;
@@ -225,7 +225,8 @@ impl RuntimeCore {
         self.check_running()?;
         match subscription {
             Subscription::Gate { name, options } => {
-                let (tx, rx) = channel::channel(self.config.hook_mailbox);
+                let (tx, rx) =
+                    channel::channel_settling(self.config.hook_mailbox, Delivery::is_settled);
                 self.add_entry(name, options, Target::Actor(tx), session)
                     .await?;
                 Ok(Mailbox::hook(rx))

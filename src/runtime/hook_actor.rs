@@ -136,7 +136,7 @@ impl HookActor {
         capacity: usize,
         max_concurrency: Option<usize>,
     ) -> (channel::Sender<Delivery>, HookActor) {
-        let (tx, rx) = channel::channel(capacity);
+        let (tx, rx) = channel::channel_settling(capacity, Delivery::is_settled);
         let actor = HookActor {
             hook,
             rx,

@@ -106,6 +106,11 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// Whether its dispatch stopped waiting for the answer: nobody would take it any more.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.reply.as_ref().is_some_and(ReplySlot::is_closed)
+    }
+
     /// The `dispatch` span of the event (session, event, sequence number): instrument the work
     /// done for this delivery with it, and its logs nest under the dispatch that caused them.
     pub fn span(&self) -> &tracing::Span {
