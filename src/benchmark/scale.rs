@@ -17,11 +17,12 @@ use crate::permission::{PermissionConfig, PermissionService, PolicyApprover, Rul
 
 /// `sessions` sessions dispatching tool-call pairs through 4 trivial actor hooks at once, on
 /// the multi-thread runtime, for the throughput window: pairs per second, with the p50 and p99
-/// latency of one pair in `extra`.
+/// latency of one pair in `extra`; next to the same sessions through one shared bare
+/// dispatcher (`actor_baseline`), measured the same way in the same run.
 pub fn many_sessions(config: &BenchConfig, sessions: usize) -> BenchResult {
     let rt = runtime(RuntimeKind::MultiThread);
     let window = config.throughput_time.max(Duration::from_millis(500));
-    let (rate, latencies) = in_task(&rt, async move {
+    let (hookbus, baseline) = in_task(&rt, async move {
         let bus = Bus::new();
         for hook in trivial_hooks(4, false) {
             let _ = bus.register(hook).await;
@@ -32,52 +33,70 @@ pub fn many_sessions(config: &BenchConfig, sessions: usize) -> BenchResult {
                 open.push(Subject::Hookbus(s));
             }
         }
-        let deadline = Instant::now() + window;
-        let started = Instant::now();
-        let tasks: Vec<_> = open
-            .into_iter()
-            .map(|subject| {
-                tokio::spawn(async move {
-                    let mut took = Vec::new();
-                    while Instant::now() < deadline {
-                        let t = Instant::now();
-                        subject.pair().await;
-                        took.push(t.elapsed().as_nanos() as u64);
-                    }
-                    took
-                })
-            })
-            .collect();
-        let mut latencies = Histogram::<u64>::new(3).expect("a valid histogram precision");
-        for task in tasks {
-            for ns in task.await.unwrap_or_default() {
-                let _ = latencies.record(ns.max(1));
-            }
-        }
-        let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
+        let hookbus = pairs_at_once(open, window).await;
         bus.shutdown(Duration::from_secs(30)).await;
-        (rate, latencies)
+        let shared = Subject::baseline("actor_baseline", 4, Duration::ZERO);
+        let baseline = pairs_at_once(vec![shared; sessions], window).await;
+        (hookbus, baseline)
     });
-    let (p50, p99) = (
-        latencies.value_at_quantile(0.5) as f64,
-        latencies.value_at_quantile(0.99) as f64,
-    );
+    let quantiles = |l: &Histogram<u64>| {
+        (
+            l.value_at_quantile(0.5) as f64 / 1e3,
+            l.value_at_quantile(0.99) as f64 / 1e3,
+        )
+    };
+    let (p50, p99) = quantiles(&hookbus.1);
+    let (base_p50, base_p99) = quantiles(&baseline.1);
     let mut result = line(
         format!("sessions_{sessions}_active"),
         Some(RuntimeKind::MultiThread),
         Unit::PairsPerS,
-        rate,
-        [None; 3],
+        hookbus.0,
+        [None, None, Some(baseline.0)],
         format!(
-            "no target: {sessions} sessions, 4 hooks; pair latency p50 {:.1} µs, p99 {:.1} µs",
-            p50 / 1e3,
-            p99 / 1e3
+            "no target: {sessions} sessions, 4 hooks; pair latency p50 {p50:.1} µs, p99 \
+             {p99:.1} µs (shared dispatcher: p50 {base_p50:.1} µs, p99 {base_p99:.1} µs)"
         ),
         true,
     );
-    result.extra.insert("p50_ns".into(), p50);
-    result.extra.insert("p99_ns".into(), p99);
+    for (key, value) in [
+        ("p50_ns", p50),
+        ("p99_ns", p99),
+        ("actor_baseline_p50_ns", base_p50),
+        ("actor_baseline_p99_ns", base_p99),
+    ] {
+        result.extra.insert(key.into(), value * 1e3);
+    }
     result
+}
+
+/// Runs every subject's tool-call pairs in a task of its own until `window` is over: pairs per
+/// second over all of them, and the latency of each pair.
+async fn pairs_at_once(subjects: Vec<Subject>, window: Duration) -> (f64, Histogram<u64>) {
+    let deadline = Instant::now() + window;
+    let started = Instant::now();
+    let tasks: Vec<_> = subjects
+        .into_iter()
+        .map(|subject| {
+            tokio::spawn(async move {
+                let mut took = Vec::new();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    subject.pair().await;
+                    took.push(t.elapsed().as_nanos() as u64);
+                }
+                took
+            })
+        })
+        .collect();
+    let mut latencies = Histogram::<u64>::new(3).expect("a valid histogram precision");
+    for task in tasks {
+        for ns in task.await.unwrap_or_default() {
+            let _ = latencies.record(ns.max(1));
+        }
+    }
+    let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
+    (rate, latencies)
 }
 
 /// Resident memory per agent session (its loop, bus session, default history) after one
