@@ -1228,3 +1228,50 @@ async fn tool_indexed_and_filtered_hooks_keep_registration_order() {
         ]
     );
 }
+
+/// An observer is usually the last to hold an event; it hands the envelope back to its
+/// session, which frees it at its next dispatch (on its own task, where it was made) or when
+/// it ends, rather than on the observer's worker.
+#[tokio::test]
+async fn an_observer_hands_the_last_hold_on_an_envelope_back_to_its_session() {
+    struct Keep {
+        seen: Mutex<Vec<std::sync::Weak<Envelope>>>,
+        done: tokio::sync::Notify,
+    }
+    #[async_trait]
+    impl Observer for Keep {
+        fn name(&self) -> &str {
+            "keep"
+        }
+        async fn on_event(&self, envelope: &Arc<Envelope>) {
+            self.seen.lock().push(Arc::downgrade(envelope));
+            self.done.notify_one();
+        }
+    }
+    let keep = Arc::new(Keep {
+        seen: Mutex::new(Vec::new()),
+        done: tokio::sync::Notify::new(),
+    });
+    let bus = Bus::new();
+    bus.observe_arc(keep.clone()).await.unwrap();
+    let session = bus.open_session(BusSessionConfig::new()).await.unwrap();
+    session.dispatch(bash("ls", "1")).await.unwrap();
+    keep.done.notified().await;
+    // The observer finished with the first event in the poll that told us so.
+    let first = keep.seen.lock()[0].clone();
+    assert!(
+        first.upgrade().is_some(),
+        "handed back to the session, not freed by the observer"
+    );
+    session.dispatch(bash("ls", "2")).await.unwrap();
+    assert!(
+        first.upgrade().is_none(),
+        "freed by the session's next dispatch"
+    );
+    keep.done.notified().await;
+    let second = keep.seen.lock()[1].clone();
+    assert!(second.upgrade().is_some());
+    drop(session);
+    bus.shutdown(Duration::from_secs(5)).await;
+    assert!(second.upgrade().is_none(), "freed when the session ended");
+}

@@ -128,7 +128,7 @@ const GROUPS: &[Group] = &[
         vec![external_caller(c)]
     }),
     ("slow_4x10ms", 1, |c, _| vec![slow(c)]),
-    ("throughput", 3, |c, p| throughput_scenarios(c, p)),
+    ("throughput", 4, |c, p| throughput_scenarios(c, p)),
     ("sessions_10000_active", 1, |c, _| {
         vec![super::scale::many_sessions(c, 10_000)]
     }),
@@ -275,6 +275,18 @@ fn throughput_scenarios(config: &BenchConfig, progress: &mut dyn FnMut(&str)) ->
         [None, None, base8i],
         target,
         r8i >= 2.5,
+    ));
+    progress("throughput_8_sessions_observed");
+    let t8o = hookbus_throughput(&runtime(RuntimeKind::MultiThread), config, 8, false, true);
+    let r8o = t8o / t8;
+    out.push(line(
+        "throughput_8_sessions_observed",
+        mt,
+        Unit::PairsPerS,
+        t8o,
+        [None, None, base8],
+        format!("no target: with a no-op observer of every event, {r8o:.2}× the figure without"),
+        true,
     ));
     progress("throughput_64_sessions");
     let (t64, base64) = throughput(config, 64, false);
@@ -424,8 +436,40 @@ fn slow(config: &BenchConfig) -> BenchResult {
 
 fn throughput(config: &BenchConfig, sessions: usize, inline: bool) -> (f64, Option<f64>) {
     let rt = runtime(RuntimeKind::MultiThread);
-    let hookbus = rt.block_on(async {
+    let hookbus = hookbus_throughput(&rt, config, sessions, inline, false);
+    let base = rt.block_on(async {
+        let shared = Subject::baseline("actor_baseline", 4, Duration::ZERO);
+        pairs_per_second(vec![shared; sessions], config.throughput_time).await
+    });
+    (hookbus, Some(base))
+}
+
+/// An observer that takes every event and does nothing with it.
+struct NoopObserver;
+
+#[async_trait::async_trait]
+impl crate::runtime::observer::Observer for NoopObserver {
+    fn name(&self) -> &str {
+        "noop"
+    }
+
+    async fn on_event(&self, _: &Arc<crate::model::event::Envelope>) {}
+}
+
+/// Pairs per second of `sessions` sessions through 4 trivial hooks (and a no-op observer of
+/// every event when `observed`).
+fn hookbus_throughput(
+    rt: &tokio::runtime::Runtime,
+    config: &BenchConfig,
+    sessions: usize,
+    inline: bool,
+    observed: bool,
+) -> f64 {
+    rt.block_on(async {
         let bus = Bus::new();
+        if observed {
+            let _ = bus.observe(NoopObserver).await;
+        }
         for hook in trivial_hooks(4, inline) {
             let _ = bus.register(hook).await;
         }
@@ -438,12 +482,7 @@ fn throughput(config: &BenchConfig, sessions: usize, inline: bool) -> (f64, Opti
         let figure = pairs_per_second(subjects, config.throughput_time).await;
         bus.shutdown(Duration::from_secs(5)).await;
         figure
-    });
-    let base = rt.block_on(async {
-        let shared = Subject::baseline("actor_baseline", 4, Duration::ZERO);
-        pairs_per_second(vec![shared; sessions], config.throughput_time).await
-    });
-    (hookbus, Some(base))
+    })
 }
 
 fn filter(config: &BenchConfig) -> BenchResult {

@@ -117,6 +117,7 @@ impl Drop for Dispatcher {
         if let Some(log) = self.shared.log.get() {
             log.close();
         }
+        self.shared.returns.free();
     }
 }
 
@@ -156,6 +157,8 @@ impl Dispatcher {
     }
 
     fn envelope(&mut self, event: Event, turn: u32, step: u32) -> Arc<Envelope> {
+        // Where the last ones were made: free what observers handed back.
+        self.shared.returns.free();
         self.seq += 1;
         let env = Arc::new(Envelope {
             session_id: self.shared.id.clone(),
@@ -396,7 +399,12 @@ impl Dispatcher {
                 continue;
             }
             let scope = scope.get_or_insert_with(|| {
-                CallScope::new(env.clone(), self.shared.scratchpad.clone(), cancel.clone())
+                CallScope::returning(
+                    env.clone(),
+                    self.shared.scratchpad.clone(),
+                    cancel.clone(),
+                    self.shared.returns.clone(),
+                )
             });
             let delivery = Delivery {
                 cx: HookCx::scoped(scope),

@@ -329,6 +329,10 @@ async fn run_observer(
                         );
                     }
                 }
+                // The envelope goes back to its session to be freed there, when this was the
+                // last hold on it.
+                drop(env);
+                delivery.cx.release();
             }
         }
     }

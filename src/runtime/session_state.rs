@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::error::ActorFailure;
 use crate::model::event::SessionFields;
+use crate::model::hook::Returns;
 use crate::model::scratchpad::Scratchpad;
 use crate::runtime::event_log::{EventLog, EventStream, HistoryStats, HookRunStream, LogBounds};
 use crate::runtime::snapshot::SnapshotRef;
@@ -88,6 +89,8 @@ pub(crate) struct SessionShared {
     /// Fixed at open; every envelope shares them.
     pub fields: Arc<SessionFields>,
     pub scratchpad: Arc<Scratchpad>,
+    /// Envelopes observers handed back, freed at the session's next dispatch.
+    pub returns: Arc<Returns>,
     /// Global + session hooks merged, while the session has hooks of its own.
     pub hooks: ArcSwapOption<SnapshotRef>,
     /// The current turn's cancellation token; hook calls get children of it.
@@ -122,6 +125,7 @@ impl SessionShared {
             parent: config.parent.clone(),
             fields: Arc::new(config.fields.clone()),
             scratchpad: Arc::new(Scratchpad::new()),
+            returns: Arc::new(Returns::default()),
             hooks: ArcSwapOption::empty(),
             turn: Mutex::new(Arc::new(CancellationToken::new())),
             turn_epoch: AtomicU64::new(0),
