@@ -195,18 +195,24 @@ impl CallScope {
 /// a block made on another thread into that thread's arena, under the arena's lock, and the
 /// two workers then fight over it on every event (with one observer, a third of the time went
 /// to that lock). Handed back, they are freed where they were made.
+///
+/// What is handed back waits at most until the session's next event; once the session has
+/// ended, nothing is kept.
 #[derive(Debug, Default)]
 pub(crate) struct Returns {
     /// Set after an envelope is handed back: the session's dispatch looks only then.
     waiting: AtomicBool,
+    /// Set when the session ended: nothing is kept any more.
+    ended: AtomicBool,
     envelopes: parking_lot::Mutex<Vec<Arc<Envelope>>>,
 }
 
 impl Returns {
-    /// Keeps `envelope` for the session if this is its last reference; else lets it go.
+    /// Keeps `envelope` for the session if this is its last reference and the session goes
+    /// on; else lets it go.
     fn give_back(&self, envelope: Arc<Envelope>) {
         // The last reference: nobody else can take another from it meanwhile.
-        if Arc::strong_count(&envelope) == 1 {
+        if Arc::strong_count(&envelope) == 1 && !self.ended.load(Ordering::Acquire) {
             self.envelopes.lock().push(envelope);
             self.waiting.store(true, Ordering::Release);
         }
@@ -214,10 +220,18 @@ impl Returns {
 
     /// Frees what was handed back (on the session's task).
     pub(crate) fn free(&self) {
-        if self.waiting.swap(false, Ordering::Acquire) {
+        // Read first: most dispatches find nothing, and a read leaves the line shared.
+        if self.waiting.load(Ordering::Relaxed) && self.waiting.swap(false, Ordering::Acquire) {
             let envelopes = std::mem::take(&mut *self.envelopes.lock());
             drop(envelopes);
         }
+    }
+
+    /// The session ended: frees what was handed back, and keeps nothing from now on.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+        self.waiting.store(true, Ordering::Relaxed);
+        self.free();
     }
 }
 

@@ -39,7 +39,8 @@ pub const DEFAULT_SESSION_END_GRACE: Duration = Duration::from_secs(30);
 /// delivery per session that dispatches to it, and each of those sessions waits for the answer:
 /// the bound is a backstop, not a throttle. It is large so that a busy bus with many sessions
 /// behind one actor does not send its deliveries down the slower wait-for-room path; deliveries
-/// whose dispatch stopped waiting are dropped from a long queue, so they hold no memory.
+/// whose dispatch stopped waiting are dropped from a long queue (1,024 or more), so few of
+/// them hold on to their events.
 pub const DEFAULT_HOOK_MAILBOX: usize = 65_536;
 
 /// Builds a [`Bus`].
@@ -261,6 +262,8 @@ impl Bus {
     ///
     /// A gate subscription is folded like any hook: answer each delivery through its reply slot
     /// within the timeout; a slot dropped unanswered is a failure under the failure policy.
+    /// Once 1,024 or more deliveries wait in a gate's mailbox, the ones whose dispatch stopped
+    /// waiting (timed out, cancelled) are dropped before the task sees them.
     pub async fn subscribe(&self, subscription: Subscription) -> Result<Mailbox, Error> {
         self.core.subscribe_scoped(subscription, None).await
     }

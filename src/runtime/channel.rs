@@ -14,9 +14,9 @@
 //! own channels do, so a busy mailbox cannot starve the other tasks of its worker.
 //!
 //! A value may stop being wanted while it waits (a delivery whose dispatch stopped waiting for
-//! it). A channel made with a `settled` test drops such values when its queue grows long, so
-//! they hold no memory (a delivery holds its event) beyond a bound: at most [`PRUNE_FLOOR`]
-//! of them, or as many as the values still wanted.
+//! it). A channel made with a `settled` test drops such values when its queue grows long (or
+//! is full), before it takes a new value, so that few of them hold memory (a delivery holds
+//! its event): about [`PRUNE_FLOOR`] of them, or as many as the values still wanted.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -121,32 +121,50 @@ impl<T> Sender<T> {
     fn push(&self, value: T, behind_waiters: bool) -> Result<(), TrySendError<T>> {
         // Declared before the lock's guard, so dropped after it: a value's own `Drop` may do
         // anything.
-        let mut _settled = Vec::new();
-        {
+        let mut settled = Vec::new();
+        let wake = {
             let mut queue = self.chan.queue.lock();
             if queue.closed {
                 return Err(TrySendError::Closed(value));
             }
-            if let Some(settled) = self.chan.settled {
-                if queue.items.len() >= queue.prune_at {
-                    _settled = queue.prune(settled);
-                    self.chan.len.fetch_sub(_settled.len(), Ordering::Relaxed);
-                }
-            }
-            let waiters = behind_waiters && self.chan.waiting.load(Ordering::SeqCst) > 0;
-            if waiters || queue.items.len() >= self.chan.capacity {
+            if behind_waiters && self.chan.waiting.load(Ordering::SeqCst) > 0 {
                 return Err(TrySendError::Full(value));
             }
-            queue.items.push_back(value);
-            self.chan.len.fetch_add(1, Ordering::Release);
-            if queue.items.len() > 1 {
-                // The receiver was woken by the value before this one and has not taken it
-                // yet: it takes this one too before it waits again.
-                return Ok(());
+            // Settled values go only before a value that is queued (or refused for a queue
+            // still full): the queue is never left emptier than the receiver last saw it
+            // without a value to take.
+            if let Some(is_settled) = self.chan.settled {
+                if queue.items.len() >= queue.prune_at.min(self.chan.capacity) {
+                    settled = queue.prune(is_settled);
+                    self.chan.len.fetch_sub(settled.len(), Ordering::Relaxed);
+                }
+            }
+            if queue.items.len() >= self.chan.capacity {
+                Err(value)
+            } else {
+                queue.items.push_back(value);
+                self.chan.len.fetch_add(1, Ordering::Release);
+                // Woken only by a value that finds the queue empty: the receiver, woken by
+                // the value before this one, takes this one too before it waits again.
+                Ok(queue.items.len() == 1)
+            }
+        };
+        if !settled.is_empty() {
+            // Room made by dropping settled values goes to senders that wait for it.
+            let waiting = self.chan.waiting.load(Ordering::SeqCst);
+            for _ in 0..settled.len().min(waiting) {
+                self.chan.room.notify_one();
             }
         }
-        self.chan.receiver.wake();
-        Ok(())
+        match wake {
+            Err(value) => Err(TrySendError::Full(value)),
+            Ok(wake) => {
+                if wake {
+                    self.chan.receiver.wake();
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Queues `value`, waiting for room; gives it back if the receiver is gone.
@@ -217,11 +235,26 @@ impl<T> Receiver<T> {
             }
         }
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-        let value = self.take();
-        if value.is_some() {
-            coop.made_progress();
+        match self.take() {
+            Some(value) => {
+                coop.made_progress();
+                Poll::Ready(Some(value))
+            }
+            // A send dropped settled values since `len` was read, and its own value is not
+            // in yet: the queue is empty, not ended. Look again, as from the start.
+            None => {
+                drop(coop);
+                chan.receiver.register(cx.waker());
+                if chan.len.load(Ordering::Acquire) > 0 {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                if chan.senders.load(Ordering::Acquire) == 0 {
+                    return Poll::Ready(self.take());
+                }
+                Poll::Pending
+            }
         }
-        Poll::Ready(value)
     }
 
     fn take(&self) -> Option<T> {
@@ -231,9 +264,13 @@ impl<T> Receiver<T> {
             if value.is_some() {
                 self.chan.len.fetch_sub(1, Ordering::Relaxed);
             }
-            if queue.prune_at != PRUNE_FLOOR && queue.items.is_empty() {
-                // Drained: the next look at settled values comes at the floor again.
+            if queue.items.is_empty()
+                && (queue.prune_at != PRUNE_FLOOR || queue.items.capacity() > 4 * PRUNE_FLOOR)
+            {
+                // Drained: the next look at settled values comes at the floor again, and a
+                // buffer grown by a burst goes back to the floor's size.
                 queue.prune_at = PRUNE_FLOOR;
+                queue.items.shrink_to(PRUNE_FLOOR);
             }
             value
         };
@@ -511,5 +548,53 @@ mod tests {
             1 + PRUNE_FLOOR,
             "the new value and one echo per dropped value"
         );
+    }
+
+    /// A queue smaller than the floor is looked at when full.
+    #[test]
+    fn a_full_small_queue_drops_its_settled_values_for_a_new_one() {
+        let (tx, mut rx) = channel_settling(2, |v: &i64| *v < 0);
+        tx.try_send(-1).unwrap();
+        tx.try_send(-2).unwrap();
+        tx.try_send(3).unwrap();
+        tx.try_send(4).unwrap();
+        assert!(
+            matches!(tx.try_send(5), Err(TrySendError::Full(5))),
+            "3 and 4 are wanted"
+        );
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(3)));
+        assert_eq!(rx.poll_recv(&mut cx), Poll::Ready(Some(4)));
+        assert!(
+            rx.poll_recv(&mut cx).is_pending(),
+            "the settled ones are gone"
+        );
+    }
+
+    /// Room made by dropping settled values goes to a sender that waits for it, without the
+    /// receiver taking anything.
+    #[tokio::test]
+    async fn room_made_by_dropping_settled_values_goes_to_a_waiting_sender() {
+        use std::sync::atomic::AtomicBool;
+        type Flag = Arc<AtomicBool>;
+        let (tx, _rx) = channel_settling(2, |v: &Flag| v.load(Ordering::SeqCst));
+        let (a, b) = (Flag::default(), Flag::default());
+        tx.try_send(a.clone()).unwrap();
+        tx.try_send(b.clone()).unwrap();
+        let tx2 = tx.clone();
+        let waiting = tokio::spawn(async move { tx2.send(Flag::default()).await.is_ok() });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "no room: the send waits");
+        a.store(true, Ordering::SeqCst);
+        b.store(true, Ordering::SeqCst);
+        // This send makes room for itself and for the one that waits.
+        assert!(tx.send(Flag::default()).await.is_ok());
+        let sent = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiting sender was told of the room")
+            .unwrap();
+        assert!(sent);
+        assert_eq!(tx.chan.len.load(Ordering::SeqCst), 2);
     }
 }

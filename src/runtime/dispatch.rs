@@ -117,7 +117,7 @@ impl Drop for Dispatcher {
         if let Some(log) = self.shared.log.get() {
             log.close();
         }
-        self.shared.returns.free();
+        self.shared.returns.end();
     }
 }
 
@@ -352,6 +352,8 @@ impl Dispatcher {
         if let Some(log) = self.shared.log.get() {
             log.close();
         }
+        // No next event will free what observers hand back: they keep nothing from now on.
+        self.shared.returns.end();
         outcome
     }
 
