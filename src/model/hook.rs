@@ -222,16 +222,21 @@ impl Returns {
     pub(crate) fn free(&self) {
         // Read first: most dispatches find nothing, and a read leaves the line shared.
         if self.waiting.load(Ordering::Relaxed) && self.waiting.swap(false, Ordering::Acquire) {
-            let envelopes = std::mem::take(&mut *self.envelopes.lock());
-            drop(envelopes);
+            self.drop_all();
         }
     }
 
     /// The session ended: frees what was handed back, and keeps nothing from now on.
     pub(crate) fn end(&self) {
         self.ended.store(true, Ordering::Release);
-        self.waiting.store(true, Ordering::Relaxed);
-        self.free();
+        self.waiting.store(false, Ordering::Relaxed);
+        self.drop_all();
+    }
+
+    /// Drops every envelope kept, outside the lock.
+    fn drop_all(&self) {
+        let envelopes = std::mem::take(&mut *self.envelopes.lock());
+        drop(envelopes);
     }
 }
 

@@ -223,37 +223,27 @@ impl<T> Receiver<T> {
     /// The next value; `None` once every sender is gone and the queue is empty.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let chan = &self.chan;
-        if chan.len.load(Ordering::Acquire) == 0 {
-            // Registered before the second look: a value queued after it wakes this task.
-            chan.receiver.register(cx.waker());
+        loop {
             if chan.len.load(Ordering::Acquire) == 0 {
-                if chan.senders.load(Ordering::Acquire) == 0 {
-                    // A value queued by the last sender before it left is still taken first.
-                    return Poll::Ready(self.take());
-                }
-                return Poll::Pending;
-            }
-        }
-        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-        match self.take() {
-            Some(value) => {
-                coop.made_progress();
-                Poll::Ready(Some(value))
-            }
-            // A send dropped settled values since `len` was read, and its own value is not
-            // in yet: the queue is empty, not ended. Look again, as from the start.
-            None => {
-                drop(coop);
+                // Registered before the second look: a value queued after it wakes this task.
                 chan.receiver.register(cx.waker());
-                if chan.len.load(Ordering::Acquire) > 0 {
-                    cx.waker().wake_by_ref();
+                if chan.len.load(Ordering::Acquire) == 0 {
+                    if chan.senders.load(Ordering::Acquire) == 0 {
+                        // A value queued by the last sender before it left is still taken
+                        // first.
+                        return Poll::Ready(self.take());
+                    }
                     return Poll::Pending;
                 }
-                if chan.senders.load(Ordering::Acquire) == 0 {
-                    return Poll::Ready(self.take());
-                }
-                Poll::Pending
             }
+            let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+            if let Some(value) = self.take() {
+                coop.made_progress();
+                return Poll::Ready(Some(value));
+            }
+            // Nothing after all: the queue is empty, not ended (a send drops settled values
+            // only with its own value queued in the same hold of the lock, so this is not
+            // expected). Look again, from the start.
         }
     }
 
