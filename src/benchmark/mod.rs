@@ -357,14 +357,68 @@ pub struct Timing {
     pub placement: Placement,
 }
 
-/// Times one tool-call pair of `subject` (median ns) in a task spawned on `rt`.
-pub fn pair_latency(rt: &Runtime, config: &BenchConfig, subject: Subject) -> Timing {
+/// Times one tool-call pair of each subject (median ns) in one task spawned on `rt`, their
+/// samples interleaved (see [`interleaved_pair_ns`]).
+pub fn pair_latencies(rt: &Runtime, config: &BenchConfig, subjects: Vec<Subject>) -> Vec<Timing> {
     let config = *config;
     in_task(rt, async move {
         let placement = Placement::here();
-        let ns = median_ns(&config, || subject.pair()).await;
-        Timing { ns, placement }
+        interleaved_pair_ns(&config, &subjects)
+            .await
+            .into_iter()
+            .map(|ns| Timing {
+                ns,
+                placement: placement.clone(),
+            })
+            .collect()
     })
+}
+
+/// Median time of one tool-call pair of each subject, their samples interleaved (see
+/// [`interleaved_ns`]).
+pub async fn interleaved_pair_ns(config: &BenchConfig, subjects: &[Subject]) -> Vec<f64> {
+    interleaved_ns(config, subjects.len(), |k| subjects[k].pair()).await
+}
+
+/// Median time of one `op(k)` for each of `n` subjects `k`, over `config.samples` rounds. Each
+/// round takes one sample of every subject in turn, starting one further along each round, so
+/// that a change in the machine's speed during the run reaches every subject alike and the
+/// ratios between them stay fair (timing one subject after another puts such drift into the
+/// ratio).
+pub async fn interleaved_ns<F, Fut>(config: &BenchConfig, n: usize, mut op: F) -> Vec<f64>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future,
+{
+    // Warm each up, and find how many operations fill one of its samples.
+    let mut per_sample = Vec::with_capacity(n);
+    for k in 0..n {
+        let start = Instant::now();
+        let mut ops = 0u64;
+        while start.elapsed() < config.sample_time {
+            op(k).await;
+            ops += 1;
+        }
+        per_sample.push(ops.max(1));
+    }
+    let mut samples = vec![Vec::with_capacity(config.samples); n];
+    for round in 0..config.samples {
+        for j in 0..n {
+            let k = (round + j) % n;
+            let t = Instant::now();
+            for _ in 0..per_sample[k] {
+                op(k).await;
+            }
+            samples[k].push(t.elapsed().as_nanos() as f64 / per_sample[k] as f64);
+        }
+    }
+    samples.into_iter().map(median).collect()
+}
+
+/// The median of `samples` (0 for none).
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples.get(samples.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Times `iters` tool-call pairs of `subject` in a task spawned on `rt` (for criterion's
@@ -414,8 +468,7 @@ where
         }
         samples.push(t.elapsed().as_nanos() as f64 / per_sample as f64);
     }
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    median(samples)
 }
 
 /// Tool-call pairs per second with `sessions` concurrent callers for `time`.

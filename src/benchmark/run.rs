@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::future::Either;
+
 use super::*;
 use crate::claude::{ClaudeSettings, CompatOptions};
 use crate::model::event::{Event, PreToolUse};
@@ -59,7 +61,8 @@ impl PairFigures {
 }
 
 /// Measures the three baselines and hookbus for `n` trivial hooks (inline or actors) on a
-/// runtime of `kind`, every timed loop inside a task spawned on it.
+/// runtime of `kind`, every timed loop inside a task spawned on it, their samples interleaved
+/// ([`interleaved_pair_ns`]).
 pub fn pair_figures(
     config: &BenchConfig,
     kind: RuntimeKind,
@@ -67,14 +70,16 @@ pub fn pair_figures(
     inline: bool,
 ) -> PairFigures {
     let rt = runtime(kind);
-    let baselines = KINDS.map(|k| {
-        let subject = rt.block_on(async { Subject::baseline(k, n, Duration::ZERO) });
-        pair_latency(&rt, config, subject)
-    });
     let bus = rt.block_on(async { Bus::new() });
-    let subject = rt.block_on(Subject::hookbus(&bus, trivial_hooks(n, inline)));
-    let hookbus = pair_latency(&rt, config, subject);
+    let mut subjects: Vec<Subject> = KINDS
+        .iter()
+        .map(|k| rt.block_on(async { Subject::baseline(k, n, Duration::ZERO) }))
+        .collect();
+    subjects.push(rt.block_on(Subject::hookbus(&bus, trivial_hooks(n, inline))));
+    let mut timings = pair_latencies(&rt, config, subjects);
     rt.block_on(bus.shutdown(Duration::from_secs(5)));
+    let hookbus = timings.pop().expect("one timing per subject");
+    let baselines: [Timing; 3] = timings.try_into().expect("one timing per baseline");
     PairFigures { hookbus, baselines }
 }
 
@@ -562,17 +567,8 @@ fn command(config: &BenchConfig) -> BenchResult {
         sample_time: config.sample_time * 4,
         ..*config
     };
-    let bare = in_task(&rt, async move {
-        median_ns(&few, || async {
-            let _ = tokio::process::Command::new("sh")
-                .arg("-c")
-                .arg("true")
-                .output()
-                .await;
-        })
-        .await
-    });
-    let hookbus = in_task(&rt, async move {
+    // The bare spawn and hookbus's command hook, their samples interleaved.
+    let figures = in_task(&rt, async move {
         let settings = ClaudeSettings::parse(
             &[(
                 "bench".to_owned(),
@@ -589,10 +585,25 @@ fn command(config: &BenchConfig) -> BenchResult {
             .await
             .expect("a session");
         let subject = Subject::Hookbus(session);
-        let figure = median_ns(&few, || subject.event(pre_event())).await;
+        let subject = &subject;
+        let figures = interleaved_ns(&few, 2, |k| {
+            if k == 0 {
+                Either::Left(async {
+                    let _ = tokio::process::Command::new("sh")
+                        .arg("-c")
+                        .arg("true")
+                        .output()
+                        .await;
+                })
+            } else {
+                Either::Right(subject.event(pre_event()))
+            }
+        })
+        .await;
         bus.shutdown(Duration::from_secs(5)).await;
-        figure
+        figures
     });
+    let (bare, hookbus) = (figures[0], figures[1]);
     let r = hookbus / bare;
     line(
         "command_hook",
