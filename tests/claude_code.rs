@@ -407,7 +407,9 @@ async fn exit_codes() {
             { "matcher": "E", "hooks": [{ "type": "command", "command": "/missing-binary", "args": [] }] },
             { "matcher": "F", "hooks": [{ "type": "command", "command": format!("sh {}", fixture("exit1.sh")), "onFailure": "block" }] },
             { "matcher": "G", "hooks": [cmd("echo '{\"hookSpecificOutput\":{\"hookEventName\":\"Stop\"}}'; echo 'bad schema, still blocks' >&2; exit 2")] },
-            { "matcher": "H", "hooks": [cmd("echo '{\"hookSpecificOutput\":{\"hookEventName\":\"Stop\"}}'; exit 1")] }
+            { "matcher": "H", "hooks": [cmd("echo '{\"hookSpecificOutput\":{\"hookEventName\":\"Stop\"}}'; exit 1")] },
+            { "matcher": "I", "hooks": [cmd("echo '{\"reason\":\"json reason\"}'; echo 'stderr reason' >&2; exit 2")] },
+            { "matcher": "J", "hooks": [cmd("head -c 20000 /dev/zero | tr '\\0' y >&2; exit 2")] }
         ] } }),
     )]);
     let r = rig(&s).await;
@@ -445,6 +447,20 @@ async fn exit_codes() {
     assert_eq!(g.decision, Decision::Block);
     assert_eq!(g.reason_text(), "bad schema, still blocks");
     assert_eq!(runs(&g)[0].report.outcome, HandlerOutcome::BlockingError);
+    // Exit 2 with a top-level `reason` and no `decision`: the JSON reason wins over stderr.
+    let i = r.pre("I", json!({})).await;
+    assert_eq!(i.decision, Decision::Block);
+    assert_eq!(i.reason_text(), "json reason");
+    // A reason is capped like every other text the model sees (CC-5).
+    let j = r.pre("J", json!({})).await;
+    assert_eq!(j.decision, Decision::Block);
+    let reason = j.reason_text();
+    assert!(reason.starts_with(&"y".repeat(10_000)), "{}", reason.len());
+    assert!(
+        reason.len() < 10_100 && reason.contains("truncated"),
+        "{}",
+        reason.len()
+    );
     // Another code with JSON that fails the schema: a non-blocking error, nothing applies.
     let h = r.pre("H", json!({})).await;
     assert_eq!(h.decision, Decision::Continue);
@@ -787,6 +803,10 @@ fn session_end_handlers_share_a_budget() {
     );
     let s = settings(&[("s.json", one("SessionEnd", None, vec![handler(0.5)]))]);
     assert_eq!(s.handlers[0].timeout, Duration::from_millis(500));
+    // A handler without a timeout of its own (600 s by default) does not raise the budget.
+    let untimed = json!({ "type": "command", "command": "sleep 3" });
+    let s = settings(&[("s.json", one("SessionEnd", None, vec![untimed]))]);
+    assert_eq!(s.handlers[0].timeout, Duration::from_millis(1500));
     // Other events keep their own timeouts.
     let s = settings(&[("s.json", one("Stop", None, vec![handler(120.0)]))]);
     assert_eq!(s.handlers[0].timeout, Duration::from_secs(120));

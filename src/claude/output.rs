@@ -173,6 +173,9 @@ struct Parsed {
     context: Vec<String>,
     system_message: Option<String>,
     stop: Option<Option<String>>,
+    /// The top-level `reason` even without a `decision`: on exit 2 it is the block message
+    /// ahead of stderr.
+    exit2_reason: Option<String>,
 }
 
 fn opt_str<'a>(o: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, String> {
@@ -248,6 +251,7 @@ fn parse_common(event: EventKind, o: &Map<String, Value>) -> Result<Parsed, Stri
             ))
         }
     };
+    p.exit2_reason = top_reason.map(cap);
     if !discards_common(event) {
         p.system_message = system.map(cap);
         if cont == Some(false) {
@@ -525,7 +529,7 @@ fn exit2_report(
     match parsed {
         Some(Ok(p)) if json_over_exit_2 => apply(&mut r, p),
         Some(Ok(p)) => {
-            let json_reason = p.reason.clone();
+            let json_reason = p.reason.clone().or_else(|| p.exit2_reason.clone());
             apply(&mut r, p);
             block_on_exit2(event, &mut r, json_reason.or_else(|| stderr_reason(stderr)));
         }
@@ -551,9 +555,11 @@ fn with_json(mut r: HandlerReport, json: Option<Map<String, Value>>) -> HandlerR
     r
 }
 
+/// Applies valid output. Every text it carries is capped (CC-5), the reasons too: they reach
+/// the model as much as a context does.
 fn apply(r: &mut HandlerReport, p: Parsed) {
     r.decision = p.decision;
-    r.reason = p.reason;
+    r.reason = p.reason.as_deref().map(cap);
     // updatedInput applies with allow, ask or no decision.
     if matches!(
         r.decision,
@@ -566,7 +572,7 @@ fn apply(r: &mut HandlerReport, p: Parsed) {
     r.system_message = p.system_message;
     if let Some(reason) = p.stop {
         r.continue_ = false;
-        r.stop_reason = reason;
+        r.stop_reason = reason.as_deref().map(cap);
     }
 }
 
@@ -575,7 +581,7 @@ fn block_on_exit2(event: EventKind, r: &mut HandlerReport, reason: Option<String
         Some(d) => {
             r.decision = d;
             r.updated_input = None;
-            r.reason = reason;
+            r.reason = reason.as_deref().map(cap);
         }
         // Ignored on PermissionRequest; a non-blocking error elsewhere.
         None if event == EventKind::PermissionRequest => {}

@@ -249,15 +249,10 @@ impl ClaudeSettings {
 }
 
 /// The shared budget of SessionEnd handlers: 1.5 s, raised to the largest SessionEnd timeout
-/// configured in a settings file (at most 60 s; plugin timeouts do not count).
-pub(crate) fn session_end_budget(handlers: &[Handler]) -> Duration {
-    let largest = handlers
-        .iter()
-        .filter(|h| h.event == EventKind::SessionEnd && h.plugin_root.is_none())
-        .map(|h| h.timeout)
-        .max()
-        .unwrap_or_default();
-    largest.clamp(Duration::from_millis(1500), Duration::from_secs(60))
+/// configured in a settings file (at most 60 s). A handler without a `timeout` of its own, and
+/// a plugin's, does not raise it: `largest_configured` counts only the others.
+pub(crate) fn session_end_budget(largest_configured: Duration) -> Duration {
+    largest_configured.clamp(Duration::from_millis(1500), Duration::from_secs(60))
 }
 
 impl ClaudeSettings {
@@ -306,6 +301,7 @@ impl ClaudeSettings {
             warnings: Vec::new(),
             keys: HashMap::new(),
             plugin: None,
+            session_end_largest: Duration::ZERO,
             refs: Vec::new(),
         };
         let mut disabled = false;
@@ -317,7 +313,7 @@ impl ClaudeSettings {
         }
         loader.warn_unset(&env);
         let mut handlers = loader.out;
-        let budget = session_end_budget(&handlers);
+        let budget = session_end_budget(loader.session_end_largest);
         for h in &mut handlers {
             if h.event == EventKind::SessionEnd {
                 h.timeout = h.timeout.min(budget);
@@ -344,6 +340,8 @@ struct Loader<'a> {
     plugin: Option<PathBuf>,
     /// The `CLAUDE_*` variables the commands read, checked once every `env` is known.
     refs: Vec<VarRef>,
+    /// The largest `timeout` a settings file (not a plugin) gives a SessionEnd handler.
+    session_end_largest: Duration,
 }
 
 /// A `CLAUDE_*` variable a command reads, and where.
@@ -947,26 +945,43 @@ impl Loader<'_> {
             _ if event == EventKind::UserPromptSubmit => self.options.prompt_timeout,
             _ => self.options.default_timeout,
         });
+        let timeout = self.configured_timeout(file, path, default_timeout, h);
+        if event == EventKind::SessionEnd && self.plugin.is_none() {
+            if let Some(t) = timeout {
+                self.session_end_largest = self.session_end_largest.max(t);
+            }
+        }
+        timeout.unwrap_or(default_timeout)
+    }
+
+    /// The handler's own `timeout`, if it gives a valid one (warned about when it does not).
+    fn configured_timeout(
+        &mut self,
+        file: &str,
+        path: &str,
+        default_timeout: Duration,
+        h: &Map<String, Value>,
+    ) -> Option<Duration> {
         match h.get("timeout") {
-            None | Some(Value::Null) => default_timeout,
+            None | Some(Value::Null) => None,
             Some(Value::Number(n)) => match n.as_f64().map(timeout_from_secs) {
-                Some(Ok(timeout)) => timeout,
+                Some(Ok(timeout)) => Some(timeout),
                 Some(Err(e)) if e.clamped().is_some() => {
                     self.warn(
                         file,
                         &format!("{path}.timeout"),
                         format!("{e}; {} s applies", MAX_TIMEOUT.as_secs()),
                     );
-                    MAX_TIMEOUT
+                    Some(MAX_TIMEOUT)
                 }
                 _ => {
                     self.warn(file, &format!("{path}.timeout"), format!("must be a positive number of seconds, not {n}; the default {} s applies", default_timeout.as_secs()));
-                    default_timeout
+                    None
                 }
             },
             Some(other) => {
                 self.warn(file, &format!("{path}.timeout"), format!("must be a positive number of seconds, not {other}; the default {} s applies", default_timeout.as_secs()));
-                default_timeout
+                None
             }
         }
     }
