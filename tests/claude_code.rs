@@ -409,7 +409,8 @@ async fn exit_codes() {
             { "matcher": "G", "hooks": [cmd("echo '{\"hookSpecificOutput\":{\"hookEventName\":\"Stop\"}}'; echo 'bad schema, still blocks' >&2; exit 2")] },
             { "matcher": "H", "hooks": [cmd("echo '{\"hookSpecificOutput\":{\"hookEventName\":\"Stop\"}}'; exit 1")] },
             { "matcher": "I", "hooks": [cmd("echo '{\"reason\":\"json reason\"}'; echo 'stderr reason' >&2; exit 2")] },
-            { "matcher": "J", "hooks": [cmd("head -c 20000 /dev/zero | tr '\\0' y >&2; exit 2")] }
+            { "matcher": "J", "hooks": [cmd("head -c 20000 /dev/zero | tr '\\0' y >&2; exit 2")] },
+            { "matcher": "K", "hooks": [cmd("printf '{\"reason\":\"%s\"}' \"$(head -c 20000 /dev/zero | tr '\\0' z)\"; exit 2")] }
         ] } }),
     )]);
     let r = rig(&s).await;
@@ -460,6 +461,16 @@ async fn exit_codes() {
         reason.len() < 10_100 && reason.contains("truncated"),
         "{}",
         reason.len()
+    );
+    // A JSON reason is capped once: the note counts what the hook gave.
+    let k = r.pre("K", json!({})).await;
+    assert_eq!(k.decision, Decision::Block);
+    let reason = k.reason_text();
+    assert!(reason.starts_with(&"z".repeat(10_000)), "{}", reason.len());
+    assert!(
+        reason.ends_with("[truncated: 20000 characters in all]"),
+        "{}",
+        &reason[10_000..]
     );
     // Another code with JSON that fails the schema: a non-blocking error, nothing applies.
     let h = r.pre("H", json!({})).await;

@@ -174,7 +174,7 @@ struct Parsed {
     system_message: Option<String>,
     stop: Option<Option<String>>,
     /// The top-level `reason` even without a `decision`: on exit 2 it is the block message
-    /// ahead of stderr.
+    /// ahead of stderr. Uncapped, as `reason`: the report caps both where it takes them.
     exit2_reason: Option<String>,
 }
 
@@ -251,7 +251,7 @@ fn parse_common(event: EventKind, o: &Map<String, Value>) -> Result<Parsed, Stri
             ))
         }
     };
-    p.exit2_reason = top_reason.map(cap);
+    p.exit2_reason = top_reason.map(str::to_owned);
     if !discards_common(event) {
         p.system_message = system.map(cap);
         if cont == Some(false) {
