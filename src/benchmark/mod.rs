@@ -358,12 +358,12 @@ pub struct Timing {
 }
 
 /// Times one tool-call pair of each subject (median ns) in one task spawned on `rt`, their
-/// samples interleaved (see [`interleaved_pair_ns`]).
+/// samples interleaved (see [`interleaved_ns`]).
 pub fn pair_latencies(rt: &Runtime, config: &BenchConfig, subjects: Vec<Subject>) -> Vec<Timing> {
     let config = *config;
     in_task(rt, async move {
         let placement = Placement::here();
-        interleaved_pair_ns(&config, &subjects)
+        interleaved_ns(&config, subjects.len(), |k| subjects[k].pair())
             .await
             .into_iter()
             .map(|ns| Timing {
@@ -372,12 +372,6 @@ pub fn pair_latencies(rt: &Runtime, config: &BenchConfig, subjects: Vec<Subject>
             })
             .collect()
     })
-}
-
-/// Median time of one tool-call pair of each subject, their samples interleaved (see
-/// [`interleaved_ns`]).
-pub async fn interleaved_pair_ns(config: &BenchConfig, subjects: &[Subject]) -> Vec<f64> {
-    interleaved_ns(config, subjects.len(), |k| subjects[k].pair()).await
 }
 
 /// Median time of one `op(k)` for each of `n` subjects `k`, over `config.samples` rounds. Each
@@ -452,23 +446,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    // Warm up, and find how many operations fill a sample.
-    let start = Instant::now();
-    let mut per_sample = 0u64;
-    while start.elapsed() < config.sample_time {
-        op().await;
-        per_sample += 1;
-    }
-    let per_sample = per_sample.max(1);
-    let mut samples = Vec::with_capacity(config.samples);
-    for _ in 0..config.samples {
-        let t = Instant::now();
-        for _ in 0..per_sample {
-            op().await;
-        }
-        samples.push(t.elapsed().as_nanos() as f64 / per_sample as f64);
-    }
-    median(samples)
+    interleaved_ns(config, 1, |_| op()).await[0]
 }
 
 /// Tool-call pairs per second with `sessions` concurrent callers for `time`.

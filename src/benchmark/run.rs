@@ -62,7 +62,7 @@ impl PairFigures {
 
 /// Measures the three baselines and hookbus for `n` trivial hooks (inline or actors) on a
 /// runtime of `kind`, every timed loop inside a task spawned on it, their samples interleaved
-/// ([`interleaved_pair_ns`]).
+/// ([`interleaved_ns`]).
 pub fn pair_figures(
     config: &BenchConfig,
     kind: RuntimeKind,
